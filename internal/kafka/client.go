@@ -1,0 +1,52 @@
+package kafka
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+	"github.com/twmb/franz-go/plugin/kslog"
+)
+
+// ClientConfig holds what every Canon Kafka client shares.
+type ClientConfig struct {
+	// Brokers are the seed brokers, host:port.
+	Brokers []string
+	// ClientID names the client in broker logs and metrics; e.g.
+	// "canon-sequencer".
+	ClientID string
+	// Log receives franz-go's logs, at the level its handler enables;
+	// nil discards them.
+	Log *slog.Logger
+	// Registerer gets the client's metrics through kprom, namespaced
+	// "canon_kafka" and labeled with ClientID; nil disables them.
+	Registerer prometheus.Registerer
+}
+
+// Opts returns the kgo options for cfg, to which a component adds its own.
+func (c ClientConfig) Opts() ([]kgo.Opt, error) {
+	if len(c.Brokers) == 0 {
+		return nil, fmt.Errorf("no Kafka brokers: pass --brokers host:port[,host:port]")
+	}
+	for _, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" || !strings.Contains(b, ":") {
+			return nil, fmt.Errorf("broker %q is not host:port", b)
+		}
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	if c.ClientID != "" {
+		opts = append(opts, kgo.ClientID(c.ClientID))
+	}
+	if c.Log != nil {
+		opts = append(opts, kgo.WithLogger(kslog.New(c.Log.With("component", "franz-go"))))
+	}
+	if c.Registerer != nil {
+		m := kprom.NewMetrics("canon_kafka",
+			kprom.Registerer(prometheus.WrapRegistererWith(prometheus.Labels{"client": c.ClientID}, c.Registerer)))
+		opts = append(opts, kgo.WithHooks(m))
+	}
+	return opts, nil
+}

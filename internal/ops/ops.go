@@ -1,0 +1,126 @@
+// Package ops serves the operational endpoints of every Canon process:
+// /healthz (the process is up), /readyz (it can do its work) and /metrics
+// (Prometheus), and runs the HTTP server that carries them.
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// CheckTimeout bounds each readiness check.
+const CheckTimeout = 2 * time.Second
+
+// Readiness is a set of named checks; the process is ready when all pass.
+// Components add theirs (a sequencer is not ready until its partitions are
+// restored). It is safe for concurrent use.
+type Readiness struct {
+	mu     sync.Mutex
+	checks map[string]func(context.Context) error
+}
+
+// NewReadiness returns an empty set: a process with no checks is ready.
+func NewReadiness() *Readiness {
+	return &Readiness{checks: make(map[string]func(context.Context) error)}
+}
+
+// Add registers or replaces the check called name.
+func (r *Readiness) Add(name string, check func(context.Context) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks[name] = check
+}
+
+// Check runs every check concurrently and returns the failures by name.
+func (r *Readiness) Check(ctx context.Context) map[string]error {
+	r.mu.Lock()
+	checks := maps.Clone(r.checks)
+	r.mu.Unlock()
+
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		failures = map[string]error{}
+	)
+	for name, check := range checks {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+			defer cancel()
+			if err := check(cctx); err != nil {
+				mu.Lock()
+				failures[name] = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failures
+}
+
+// readyResponse is the JSON body of /readyz.
+type readyResponse struct {
+	Ready  bool              `json:"ready"`
+	Failed map[string]string `json:"failed,omitempty"`
+}
+
+// Mount adds /healthz, /readyz and /metrics to mux.
+func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		failures := ready.Check(r.Context())
+		resp := readyResponse{Ready: len(failures) == 0}
+		if !resp.Ready {
+			resp.Failed = make(map[string]string, len(failures))
+			for _, name := range slices.Sorted(maps.Keys(failures)) {
+				resp.Failed[name] = failures[name].Error()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if !resp.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+}
+
+// Serve serves h on ln until ctx ends, then shuts down gracefully, giving
+// in-flight requests up to grace to finish.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, grace time.Duration) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve http on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shut down http server: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve http on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
