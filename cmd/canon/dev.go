@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/canon-sync/canon/internal/kafka"
+)
+
+type devFlags struct {
+	kafka       kafkaFlags
+	data        string
+	http        string
+	kafkaListen string
+}
+
+func newDevCmd(g *globalFlags) *cobra.Command {
+	f := &devFlags{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run all of Canon in one process, with an embedded broker, for development",
+		Long: `Run every Canon role in one process, with its state under one data directory.
+
+Unless --brokers is given, an embedded Kafka-protocol broker (franz-go's kfake)
+runs inside the process with its logs under DATA/kafka, so nothing else needs
+to be installed. Canon's topics are created on first start. Stop with Ctrl-C;
+the next start reuses the same data.`,
+		Example: `  canon dev
+  canon dev --data /tmp/canon --http 127.0.0.1:9000
+  canon dev --brokers localhost:9092   # use a running Kafka instead`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return runDev(cmd.Context(), cmd, f, log)
+		},
+	}
+	f.kafka.register(cmd, "Kafka brokers (host:port, comma separated); empty runs the embedded broker")
+	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
+	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
+	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")
+	return cmd
+}
+
+func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logger) error {
+	data, err := filepath.Abs(f.data)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w (pass --data with a writable directory)", err)
+	}
+	brokers := f.kafka.brokers
+	kafkaNote := "external"
+	if len(brokers) == 0 {
+		emb, err := kafka.StartEmbedded(kafka.EmbeddedConfig{
+			DataDir:         data,
+			Listen:          f.kafkaListen,
+			MaxMessageBytes: f.kafka.maxMessageBytes,
+			Log:             log,
+		})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			emb.Close()
+			log.Info("embedded broker stopped; its data is kept", "dir", filepath.Join(data, "kafka"))
+		}()
+		brokers = emb.Brokers()
+		kafkaNote = "embedded, data in " + filepath.Join(data, "kafka")
+	}
+
+	n, err := newNode(ctx, log, brokers, &f.kafka, f.http)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "\nCanon dev is running. Stop it with Ctrl-C; the next start reuses the data.\n\n")
+	fmt.Fprintf(w, "  data        %s\n", data)
+	fmt.Fprintf(w, "  kafka       %s (%s)\n", strings.Join(brokers, ","), kafkaNote)
+	fmt.Fprintf(w, "  topics      %s, %s, %s (%d partitions)\n",
+		n.topics.Names.Mutations, n.topics.Names.Versions, n.topics.Names.Rejected, n.topics.Partitions)
+	base := "http://" + n.httpLn.Addr().String()
+	fmt.Fprintf(w, "  health      %s/healthz  %s/readyz\n", base, base)
+	fmt.Fprintf(w, "  metrics     %s/metrics\n\n", base)
+	log.Info("canon dev started", "version", versionString(), "http", n.httpLn.Addr().String(), "brokers", brokers)
+
+	err = n.run(ctx)
+	log.Info("canon dev stopping")
+	return err
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// buildCanon builds the binary once per test process.
+func buildCanon(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "canon")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type devProc struct {
+	cmd     *exec.Cmd
+	out     syncBuffer
+	drained chan struct{} // closed when all output was read
+	http    string
+	brokers string
+	exited  chan error
+}
+
+// syncBuffer collects output written by one goroutine and read by another.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) WriteString(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(v)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var (
+	httpLine  = regexp.MustCompile(`health\s+(http://\S+)/healthz`)
+	kafkaLine = regexp.MustCompile(`kafka\s+(\S+) \(embedded`)
+)
+
+// startDev runs `canon dev` and waits until its banner names its addresses.
+func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
+	t.Helper()
+	cmd := exec.Command(bin, "dev", "--data", data, "--http", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &devProc{cmd: cmd, drained: make(chan struct{}), exited: make(chan error, 1)}
+	found := make(chan struct{})
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	go func() { p.exited <- cmd.Wait(); pw.Close() }()
+	var httpURL, brokers string
+	go func() {
+		defer close(p.drained)
+		done := false
+		for l := range lines {
+			p.out.WriteString(l + "\n")
+			if m := httpLine.FindStringSubmatch(l); m != nil {
+				httpURL = m[1]
+			}
+			if m := kafkaLine.FindStringSubmatch(l); m != nil {
+				brokers = m[1]
+			}
+			if !done && httpURL != "" && brokers != "" {
+				done = true
+				close(found)
+			}
+		}
+	}()
+	select {
+	case <-found:
+		p.http, p.brokers = httpURL, brokers // published by close(found)
+	case err := <-p.exited:
+		t.Fatalf("canon dev exited early: %v\n%s", err, p.out.String())
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		t.Fatalf("canon dev did not print its addresses:\n%s", p.out.String())
+	}
+	return p
+}
+
+// stop sends Ctrl-C and expects a clean exit.
+func (p *devProc) stop(t *testing.T) string {
+	t.Helper()
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("canon dev exited with %v after Ctrl-C:\n%s", err, p.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("canon dev did not stop within 30s of Ctrl-C:\n%s", p.out.String())
+	}
+	<-p.drained
+	return p.out.String()
+}
+
+func waitReady(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"ready":true`) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s/readyz never answered ready (last: %v)", base, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func TestDevStartsStopsAndReusesData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := buildCanon(t)
+	data := t.TempDir()
+
+	p := startDev(t, ctx, bin, data)
+	waitReady(t, ctx, p.http)
+	for _, path := range []string{"/healthz", "/metrics"} {
+		resp, err := http.Get(p.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), "go_goroutines") {
+			t.Fatalf("/metrics has no Go runtime metrics")
+		}
+	}
+	if out, err := exec.Command(bin, "health", "--url", p.http+"/readyz").CombinedOutput(); err != nil {
+		t.Fatalf("canon health: %v: %s", err, out)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(p.brokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: "canon.mutations", Key: []byte("acme/roadmap"), Value: []byte("survives")}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	first := p.stop(t)
+	if strings.Count(first, "created topic") != 3 {
+		t.Fatalf("first start should create the 3 topics:\n%s", first)
+	}
+
+	p = startDev(t, ctx, bin, data)
+	waitReady(t, ctx, p.http)
+	cons, err := kgo.NewClient(kgo.SeedBrokers(p.brokers), kgo.ConsumeTopics("canon.mutations"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := cons.PollRecords(ctx, 10)
+	cons.Close()
+	if err := fs.Err0(); err != nil {
+		t.Fatal(err)
+	}
+	if recs := fs.Records(); len(recs) != 1 || string(recs[0].Value) != "survives" {
+		t.Fatalf("after restart read %d records, want the one written before", len(recs))
+	}
+	second := p.stop(t)
+	if out, err := exec.Command(bin, "health", "--url", p.http+"/readyz", "--timeout", "1s").CombinedOutput(); err == nil {
+		t.Fatalf("canon health succeeded against a stopped canon: %s", out)
+	}
+	if strings.Contains(second, "created topic") {
+		t.Fatalf("second start created topics again:\n%s", second)
+	}
+}
+
+func TestUnknownRoleIsAUsageError(t *testing.T) {
+	bin := buildCanon(t)
+	out, err := exec.Command(bin, "serve", "--brokers", "127.0.0.1:1", "--roles", "nope").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `unknown role "nope"`) {
+		t.Fatalf("got %v, %s; want exit 2 naming the role", err, out)
+	}
+}
+
+func TestEnvironmentSetsFlags(t *testing.T) {
+	bin := buildCanon(t)
+	cmd := exec.Command(bin, "serve", "--roles", "x")
+	cmd.Env = append(os.Environ(), "CANON_LOG_FORMAT=xml")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), `--log-format "xml"`) {
+		t.Fatalf("CANON_LOG_FORMAT was not applied: %s", out)
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/ops"
+)
+
+// kafkaFlags configure the connection to Kafka and Canon's topics.
+type kafkaFlags struct {
+	brokers           []string
+	topicPrefix       string
+	partitions        int32
+	replicationFactor int16
+	maxMessageBytes   int32
+}
+
+func (k *kafkaFlags) register(cmd *cobra.Command, brokersHelp string) {
+	f := cmd.Flags()
+	f.StringSliceVar(&k.brokers, "brokers", nil, brokersHelp)
+	f.StringVar(&k.topicPrefix, "topic-prefix", "", "prefix of Canon's topic names, to share a Kafka cluster between deployments")
+	f.Int32Var(&k.partitions, "partitions", kafka.DefaultPartitions,
+		"partitions of Canon's topics when they are created (existing topics keep theirs)")
+	f.Int16Var(&k.replicationFactor, "replication-factor", -1, "replication factor of new topics (-1: the broker's default)")
+	f.Int32Var(&k.maxMessageBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "max.message.bytes of Canon's topics")
+}
+
+func (k *kafkaFlags) topicsConfig() kafka.TopicsConfig {
+	return kafka.TopicsConfig{
+		Names:             kafka.DefaultTopicNames().WithPrefix(k.topicPrefix),
+		Partitions:        k.partitions,
+		ReplicationFactor: k.replicationFactor,
+		MaxMessageBytes:   k.maxMessageBytes,
+	}
+}
+
+// node is what every Canon process runs, whatever its roles: a metrics
+// registry, a Kafka admin connection, Canon's topics checked or created,
+// and the HTTP server with /healthz, /readyz and /metrics.
+type node struct {
+	log      *slog.Logger
+	registry *prometheus.Registry
+	ready    *ops.Readiness
+	mux      *http.ServeMux
+	kcfg     kafka.ClientConfig
+	topics   kafka.TopicsInfo
+	httpLn   net.Listener
+}
+
+// newNode connects to Kafka, ensures the topics and binds the HTTP
+// address; nothing is served until run.
+func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaFlags, httpAddr string) (*node, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n := &node{
+		log:      log,
+		registry: reg,
+		ready:    ops.NewReadiness(),
+		mux:      http.NewServeMux(),
+		kcfg:     kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg},
+	}
+	tcfg := kf.topicsConfig()
+	if err := tcfg.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	opts, err := n.kcfg.Opts()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.RetryTimeout(10*time.Second))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n.topics, err = kafka.EnsureTopics(ectx, cl, tcfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("check Canon's topics on %v: %w", brokers, err)
+	}
+	n.httpLn, err = net.Listen("tcp", httpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for HTTP on %s (%w): pass --http with a free address", httpAddr, err)
+	}
+	return n, nil
+}
+
+// run serves HTTP and the given component runs until ctx ends or one of
+// them fails; it returns after all of them stopped.
+func (n *node) run(ctx context.Context, components ...func(context.Context) error) error {
+	// Readiness: the broker answers. Components add their own checks.
+	opts, _ := n.kcfg.Opts()
+	cl, err := kgo.NewClient(append(opts, kgo.ClientID("canon-health"), kgo.RetryTimeout(ops.CheckTimeout))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var lastKafkaOK atomic.Int64
+	n.ready.Add("kafka", func(ctx context.Context) error {
+		if _, err := adm.BrokerMetadata(ctx); err != nil {
+			return fmt.Errorf("brokers %v do not answer: %w", n.kcfg.Brokers, err)
+		}
+		lastKafkaOK.Store(time.Now().Unix())
+		return nil
+	})
+	ops.Mount(n.mux, n.ready, n.registry)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ops.Serve(gctx, n.httpLn, n.mux, n.log, 10*time.Second) })
+	for _, c := range components {
+		g.Go(func() error { return c(gctx) })
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		err = nil
+	}
+	return err
+}

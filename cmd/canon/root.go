@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// globalFlags are the flags every subcommand has.
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "canon",
+		Short: "Canon: a sync backend for collaborative, versioned documents",
+		Long: `Canon orders the mutations that clients push for a project, applies them with
+server-side mutation logic, and publishes every resulting version: over
+websockets to clients, to ClickHouse for analysts, and as a Kafka changelog
+that data teams can replay.
+
+Every flag can also be set with an environment variable: CANON_ and the flag
+name in capitals with dashes as underscores (--http is CANON_HTTP). A flag on
+the command line wins over the environment.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd)
+		},
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newDevCmd(g), newServeCmd(g), newTopicsCmd(g), newHealthCmd(), newVersionCmd())
+	return root
+}
+
+// logger builds the process logger from the global flags.
+func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", g.logLevel)}
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, usageError{fmt.Errorf("--log-format %q: use text or json", g.logFormat)}
+	}
+}
+
+// envName is the environment variable that sets a flag.
+func envName(flag string) string {
+	return "CANON_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, if that is set.
+func applyEnv(cmd *cobra.Command) error {
+	var err error
+	set := func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok {
+			return
+		}
+		if serr := f.Value.Set(v); serr != nil {
+			err = usageError{fmt.Errorf("%s=%q: %w", envName(f.Name), v, serr)}
+			return
+		}
+		f.Changed = true
+	}
+	cmd.Flags().VisitAll(set)
+	cmd.InheritedFlags().VisitAll(set)
+	return err
+}
