@@ -1,0 +1,71 @@
+# Canon's tasks. `make help` lists them.
+
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+DATA      ?= .canon
+HTTP      ?= 127.0.0.1:8080
+GOLANGCI_LINT_VERSION := v2.15.0
+TEST_TIMEOUT ?= 25m
+PKGS      ?= ./...
+
+.PHONY: help
+help: ## List the tasks
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/canon
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/canon ./cmd/canon
+
+.PHONY: run
+run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080)
+	$(BIN)/canon dev --data $(DATA) --http $(HTTP)
+
+.PHONY: deps
+deps: ## Install what the tests need and is missing (Java, Maven; as root with apt-get)
+	@scripts/provision
+
+.PHONY: test
+test: deps vet ## Provision Kafka and ClickHouse, then run every test with the race detector
+	$(GO) run ./internal/testenv/run -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: test-short
+test-short: ## Run the unit tests only (no Kafka, no ClickHouse)
+	$(GO) test -race -short -count=1 $(PKGS)
+
+.PHONY: bench
+bench: deps ## Run the benchmarks against the real servers
+	$(GO) run ./internal/testenv/run -- $(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m $(PKGS)
+
+.PHONY: lint
+lint: $(BIN)/golangci-lint ## Run golangci-lint (pinned, installed into bin/)
+	$(BIN)/golangci-lint run ./...
+
+$(BIN)/golangci-lint:
+	GOBIN=$(abspath $(BIN)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+.PHONY: fmt
+fmt: ## Format the code
+	gofmt -s -w .
+
+.PHONY: vet
+vet: ## go vet, and fail on unformatted files
+	$(GO) vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
+
+.PHONY: up
+up: ## Start Kafka, ClickHouse and Canon with Docker Compose
+	docker compose up -d --build
+
+.PHONY: down
+down: ## Stop the Docker Compose deployment (volumes are kept)
+	docker compose down
+
+.PHONY: clean
+clean: ## Remove build output (not the dev data in .canon)
+	rm -rf $(BIN)
