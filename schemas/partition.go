@@ -1,5 +1,10 @@
 package schemas
 
+import (
+	"fmt"
+	"strings"
+)
+
 // ProjectKey is the record key of every record about a project in
 // canon.mutations and canon.versions: "org/project". All branches of a
 // project share it, so they live in one partition.
@@ -52,4 +57,22 @@ func Murmur2(b []byte) int32 {
 	h *= m
 	h ^= h >> 15
 	return int32(h)
+}
+
+// ParseProjectKey splits a record key made by ProjectKey into its org and
+// project, and validates both.
+func ParseProjectKey(key []byte) (org, project string, err error) {
+	s := string(key)
+	i := strings.IndexByte(s, '/')
+	if i < 0 {
+		return "", "", &FieldError{Field: "key", Reason: fmt.Sprintf("%q is not a project key: want \"org/project\"", preview([]byte(s)))}
+	}
+	org, project = s[:i], s[i+1:]
+	if err := ValidateOrg("key", org); err != nil {
+		return "", "", fmt.Errorf("org of record key: %w", err)
+	}
+	if err := ValidateProject("key", project); err != nil {
+		return "", "", fmt.Errorf("project of record key: %w", err)
+	}
+	return org, project, nil
 }
