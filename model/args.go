@@ -1,0 +1,151 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/canon-sync/canon/schemas"
+)
+
+// args are a mutation's arguments: a JSON object, canonicalized once, and
+// checked against the fields a mutator knows, so that a typo is an error
+// rather than a silently ignored field. Every value is canonical JSON.
+type args []argMember
+
+type argMember struct {
+	name []byte // quoted, as in the canonical text
+	val  []byte
+}
+
+func argErr(field, format string, a ...any) error {
+	return &schemas.FieldError{Field: "args." + field, Reason: fmt.Sprintf(format, a...)}
+}
+
+// parseArgs canonicalizes args that must be a JSON object with only the
+// given fields (plain ASCII names, which JSON never escapes).
+func parseArgs(raw json.RawMessage, fields ...string) (args, error) {
+	if firstByte(raw) != '{' {
+		return nil, &schemas.FieldError{Field: "args", Reason: fmt.Sprintf("must be a JSON object with the fields %s", strings.Join(fields, ", "))}
+	}
+	canon, err := Canonical(raw)
+	if err != nil {
+		return nil, &schemas.FieldError{Field: "args", Reason: err.Error()}
+	}
+	a := make(args, 0, len(fields))
+	it := newObjectIter(canon, 0)
+	for ks, ke, vs, ve, ok := it.next(); ok; ks, ke, vs, ve, ok = it.next() {
+		m := argMember{name: canon[ks:ke], val: canon[vs:ve]}
+		known := false
+		for _, f := range fields {
+			if string(m.name[1:len(m.name)-1]) == f {
+				known = true
+				break
+			}
+		}
+		if !known {
+			// Members come in canonical order: the same one is reported on
+			// every run.
+			return nil, argErr(decodeString(m.name), "unknown field (known: %s)", strings.Join(fields, ", "))
+		}
+		a = append(a, m)
+	}
+	if it.err != nil {
+		return nil, &schemas.FieldError{Field: "args", Reason: it.err.Error()}
+	}
+	return a, nil
+}
+
+// get returns a field's canonical value; ok is false when it is absent.
+func (a args) get(field string) (json.RawMessage, bool) {
+	for _, m := range a {
+		if string(m.name[1:len(m.name)-1]) == field {
+			return m.val, true
+		}
+	}
+	return nil, false
+}
+
+// str returns a string field; ok is false when it is absent.
+func (a args) str(field string) (s string, ok bool, err error) {
+	raw, ok := a.get(field)
+	if !ok {
+		return "", false, nil
+	}
+	if raw[0] != '"' {
+		return "", true, argErr(field, "must be a string, not %s", jsonKind(raw))
+	}
+	return decodeString(raw), true, nil
+}
+
+// uint returns a non-negative integer field; ok is false when it is
+// absent. As in JavaScript, 1.0 is the integer 1.
+func (a args) uint(field string) (n int64, ok bool, err error) {
+	raw, ok := a.get(field)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err = strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < 0 {
+		return 0, true, argErr(field, "must be an integer >= 0, not %s", truncate(string(raw), 40))
+	}
+	return n, true, nil
+}
+
+// target returns the collection and id fields, both required and valid.
+func (a args) target() (collection, id string, err error) {
+	collection, ok, err := a.str("collection")
+	if err != nil {
+		return "", "", err
+	}
+	if !ok {
+		return "", "", argErr("collection", "is required")
+	}
+	if err := schemas.ValidateCollection("args.collection", collection); err != nil {
+		return "", "", err
+	}
+	id, ok, err = a.str("id")
+	if err != nil {
+		return "", "", err
+	}
+	if !ok {
+		return "", "", argErr("id", "is required")
+	}
+	if err := schemas.ValidateItemID("args.id", id); err != nil {
+		return "", "", err
+	}
+	return collection, id, nil
+}
+
+// jsonKind names the type of a JSON text by its first byte.
+func jsonKind(raw []byte) string {
+	switch firstByte(raw) {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	case 0:
+		return "nothing"
+	}
+	return "a number"
+}
+
+// truncate shortens s to at most n bytes (n >= 3), cutting on a rune
+// boundary and marking the cut with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n -= len("…")
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

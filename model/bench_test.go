@@ -1,0 +1,71 @@
+package model
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/canon-sync/canon/schemas"
+)
+
+// BenchmarkDecideSmallPatch decides item.patch mutations of a small item,
+// in batches of 100 between Resets as a sequencer does: the first decision
+// of a batch reads the item from the Reader, the others from the overlay.
+func BenchmarkDecideSmallPatch(b *testing.B) {
+	state := NewMemState()
+	dec := NewDecider(state, NewRegistry(), schemas.Limits{})
+	setup, err := dec.Decide(MutationRecord{Mutation: &schemas.Mutation{
+		Org: testOrg, Project: testProject, Client: "setup", ID: 1, Name: ItemPut,
+		Args: json.RawMessage(`{"collection":"tasks","id":"t1","meta":{"owner":"ann","tags":["a","b"]},"data":{"title":"Write the spec","done":false,"notes":"a few words of notes","estimate":3}}`),
+	}, Timestamp: testEpoch})
+	if err != nil || setup.Kind != Applied {
+		b.Fatal(setup.Kind, err)
+	}
+	if err := state.Apply(setup.Version, setup.Chunks); err != nil {
+		b.Fatal(err)
+	}
+	dec.Reset()
+
+	const batch = 100
+	var recs [batch]MutationRecord
+	for i := range recs {
+		recs[i] = MutationRecord{
+			Mutation: &schemas.Mutation{
+				Org: testOrg, Project: testProject, ClientGroup: "g", Client: "c", ID: uint64(i + 1), Name: ItemPatch,
+				Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":{"done":true,"estimate":` + string(rune('0'+i%10)) + `}}`),
+			},
+			Timestamp: testEpoch,
+			Offset:    int64(i),
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		d, err := dec.Decide(recs[i])
+		if err != nil || d.Kind != Applied {
+			b.Fatal(d.Kind, err)
+		}
+		if i++; i == batch {
+			i = 0
+			dec.Reset() // the store is not written: the batch starts over
+		}
+	}
+}
+
+// BenchmarkDecidePut100K decides puts of a new 100 KB body.
+func BenchmarkDecidePut100K(b *testing.B) {
+	state := NewMemState()
+	dec := NewDecider(state, NewRegistry(), schemas.Limits{})
+	text := string(testText(100<<10, 9))
+	args := json.RawMessage(`{"collection":"docs","id":"d1","data":{"text":` + text + `}}`)
+	b.SetBytes(int64(len(args)))
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := dec.Decide(MutationRecord{Mutation: &schemas.Mutation{
+			Org: testOrg, Project: testProject, Client: "c", ID: 1, Name: ItemPut, Args: args,
+		}, Timestamp: testEpoch})
+		if err != nil || d.Kind != Applied {
+			b.Fatal(d.Kind, err)
+		}
+		dec.Reset()
+	}
+}

@@ -1,0 +1,79 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Canonical returns the RFC 8785 (JSON Canonicalization Scheme) form of a
+// JSON value: members sorted, no insignificant whitespace, numbers and
+// strings in their one canonical spelling. Everything Canon hashes (item
+// meta and bodies, scalars) is canonical, so equal values hash equally on
+// every machine.
+//
+// As RFC 8785 prescribes, numbers are IEEE 754 doubles: an integer beyond
+// 2^53 loses precision (send such values as strings).
+func Canonical(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, errors.New("canonicalize JSON: empty input")
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("canonicalize JSON: %w", err)
+	}
+	return out, nil
+}
+
+// BodyHash is the content address of a canonical item body (or of a
+// chunk): its SHA-256 in lower-case hex.
+func BodyHash(canonical []byte) string {
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:])
+}
+
+// isJSONNull reports whether a JSON text is the literal null.
+func isJSONNull(raw []byte) bool {
+	raw = trimSpace(raw)
+	return len(raw) == 4 && string(raw) == "null"
+}
+
+// firstByte is the first non-whitespace byte of a JSON text, 0 if none.
+func firstByte(raw []byte) byte {
+	raw = trimSpace(raw)
+	if len(raw) == 0 {
+		return 0
+	}
+	return raw[0]
+}
+
+func trimSpace(raw []byte) []byte {
+	for len(raw) > 0 && isSpace(raw[0]) {
+		raw = raw[1:]
+	}
+	for len(raw) > 0 && isSpace(raw[len(raw)-1]) {
+		raw = raw[:len(raw)-1]
+	}
+	return raw
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// scalarsSize is the length of the canonical JSON object of the scalars,
+// computed without encoding it: scalar names are ASCII letters, digits and
+// '_' (schemas.ValidateScalarName), which JSON never escapes, and the
+// values are canonical already.
+func scalarsSize(scalars map[string]json.RawMessage) int {
+	n := 2 // {}
+	for k, v := range scalars {
+		n += len(k) + 3 + len(v) // "k":v
+	}
+	if len(scalars) > 1 {
+		n += len(scalars) - 1 // commas
+	}
+	return n
+}

@@ -1,0 +1,155 @@
+package model
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+)
+
+// spliceJSON replaces, in the string found at an RFC 6901 JSON pointer of
+// a canonical JSON document, del UTF-16 code units at index by insert, and
+// returns the canonical document. Counting in UTF-16 code units is what
+// JavaScript strings do, so a JS client's String.prototype indices apply
+// unchanged. Only the target string is decoded and encoded again.
+func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]byte, error) {
+	tokens, err := parsePointer(pointer)
+	if err != nil {
+		return nil, err
+	}
+	start, end := 0, len(doc)
+	for i, tok := range tokens {
+		at := func() string { return pointerPrefix(tokens[:i+1]) }
+		switch doc[start] {
+		case '{':
+			name := appendString(nil, tok) // one spelling: compare the bytes
+			it := newObjectIter(doc, start)
+			found := false
+			for ks, ke, vs, ve, ok := it.next(); ok; ks, ke, vs, ve, ok = it.next() {
+				if bytes.Equal(doc[ks:ke], name) {
+					start, end, found = vs, ve, true
+					break
+				}
+			}
+			if it.err != nil {
+				return nil, it.err
+			}
+			if !found {
+				return nil, fmt.Errorf("path %q: no member %q", at(), tok)
+			}
+		case '[':
+			n, isIndex := arrayIndex(tok)
+			it := newArrayIter(doc, start)
+			count, found := 0, false
+			for vs, ve, ok := it.next(); ok; vs, ve, ok = it.next() {
+				if isIndex && count == n {
+					start, end, found = vs, ve, true
+					break
+				}
+				count++
+			}
+			if it.err != nil {
+				return nil, it.err
+			}
+			if !found {
+				return nil, fmt.Errorf("path %q: %q is not an index of an array of %d elements", at(), tok, count)
+			}
+		default:
+			return nil, fmt.Errorf("path %q: cannot go into %s", at(), jsonKind(doc[start:end]))
+		}
+	}
+	where := "data"
+	if pointer != "" {
+		where = fmt.Sprintf("data at path %q", pointer)
+	}
+	target := doc[start:end]
+	if target[0] != '"' {
+		return nil, fmt.Errorf("%s: the target is %s, not a string", where, jsonKind(target))
+	}
+	spliced, err := spliceUTF16(decodeString(target), index, del, insert)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	out := make([]byte, 0, len(doc)-len(target)+len(spliced)+16)
+	out = append(out, doc[:start]...)
+	out = appendString(out, spliced)
+	return append(out, doc[end:]...), nil
+}
+
+// spliceUTF16 deletes del UTF-16 code units of s at index and inserts ins
+// there. A splice may not cut a surrogate pair (a character outside the
+// BMP, such as most emoji): JSON text cannot hold half of one.
+func spliceUTF16(s string, index, del int64, ins string) (string, error) {
+	u := utf16.Encode([]rune(s))
+	n := int64(len(u))
+	if index < 0 || del < 0 {
+		return "", fmt.Errorf("index and delete must not be negative")
+	}
+	if index > n {
+		return "", fmt.Errorf("index %d is out of range: the string is %d UTF-16 code units long", index, n)
+	}
+	if del > n-index {
+		return "", fmt.Errorf("deleting %d UTF-16 code units at index %d runs past the end of the string (%d code units long)", del, index, n)
+	}
+	for _, p := range [2]int64{index, index + del} {
+		if p > 0 && p < n && isLowSurrogate(u[p]) {
+			return "", fmt.Errorf("UTF-16 offset %d falls inside a surrogate pair (a character outside the BMP counts 2)", p)
+		}
+	}
+	out := make([]uint16, 0, n-del+int64(len(ins)))
+	out = append(out, u[:index]...)
+	for _, r := range ins {
+		out = utf16.AppendRune(out, r)
+	}
+	out = append(out, u[index+del:]...)
+	return string(utf16.Decode(out)), nil
+}
+
+func isLowSurrogate(c uint16) bool { return c >= 0xDC00 && c <= 0xDFFF }
+
+// parsePointer splits an RFC 6901 JSON pointer into unescaped reference
+// tokens; "" is the whole document.
+func parsePointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("path %q is not a JSON pointer: it must be empty or start with '/'", p)
+	}
+	parts := strings.Split(p[1:], "/")
+	for i, t := range parts {
+		for j := 0; j < len(t); j++ {
+			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
+				return nil, fmt.Errorf("path %q: '~' must be followed by 0 or 1", p)
+			}
+		}
+		// RFC 6901: ~1 first, then ~0, so that "~01" is "~1".
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return parts, nil
+}
+
+func pointerPrefix(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(t, "~", "~0"), "/", "~1"))
+	}
+	return b.String()
+}
+
+// arrayIndex parses an RFC 6901 array index: digits without a leading
+// zero ("-", the element after the last, names no string).
+func arrayIndex(tok string) (int, bool) {
+	if tok == "" || (len(tok) > 1 && tok[0] == '0') {
+		return 0, false
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < '0' || tok[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(tok)
+	return n, err == nil
+}
