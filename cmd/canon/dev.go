@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -78,7 +80,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		kafkaNote = "embedded, data in " + filepath.Join(data, "kafka")
 	}
 
-	n, err := newNode(ctx, log, brokers, &f.kafka, f.http)
+	n, err := newNode(ctx, log, brokers, &f.kafka, f.http, data)
 	if err != nil {
 		return err
 	}
@@ -90,10 +92,17 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		n.topics.Names.Mutations, n.topics.Names.Versions, n.topics.Names.Rejected, n.topics.Partitions)
 	base := "http://" + n.httpLn.Addr().String()
 	fmt.Fprintf(w, "  health      %s/healthz  %s/readyz\n", base, base)
-	fmt.Fprintf(w, "  metrics     %s/metrics\n\n", base)
+	fmt.Fprintf(w, "  metrics     %s/metrics\n", base)
 	log.Info("canon dev started", "version", versionString(), "http", n.httpLn.Addr().String(), "brokers", brokers)
 
-	err = n.run(ctx)
+	// Every role, in one process.
+	names := slices.Sorted(maps.Keys(roles))
+	components, err := setupRoles(n, names)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  roles       %s\n\n", strings.Join(names, ", "))
+	err = n.run(ctx, components...)
 	log.Info("canon dev stopping")
 	return err
 }

@@ -60,11 +60,13 @@ type node struct {
 	kcfg     kafka.ClientConfig
 	topics   kafka.TopicsInfo
 	httpLn   net.Listener
+	// dataDir holds the roles' local state (the store under store/).
+	dataDir string
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP
 // address; nothing is served until run.
-func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaFlags, httpAddr string) (*node, error) {
+func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaFlags, httpAddr, dataDir string) (*node, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n := &node{
@@ -72,6 +74,7 @@ func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaF
 		registry: reg,
 		ready:    ops.NewReadiness(),
 		mux:      http.NewServeMux(),
+		dataDir:  dataDir,
 		kcfg:     kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg},
 	}
 	tcfg := kf.topicsConfig()

@@ -4,16 +4,32 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// role runs one of Canon's components inside `canon serve`.
+// role is one of Canon's components inside `canon serve` or `canon dev`.
 type role struct {
 	help string
-	run  func(ctx context.Context, n *node) error
+	// setup builds the component and registers its readiness check before
+	// the node serves HTTP; the returned function runs it until ctx ends.
+	setup func(n *node) (run func(ctx context.Context) error, err error)
+}
+
+// setupRoles sets up the named roles on n.
+func setupRoles(n *node, names []string) ([]func(context.Context) error, error) {
+	runs := make([]func(context.Context) error, 0, len(names))
+	for _, name := range names {
+		run, err := roles[name].setup(n)
+		if err != nil {
+			return nil, fmt.Errorf("role %s: %w", name, err)
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
 }
 
 // roles are the components `canon serve --roles` can run. Each issue that
@@ -23,6 +39,7 @@ var roles = map[string]role{}
 type serveFlags struct {
 	kafka kafkaFlags
 	http  string
+	data  string
 	roles []string
 }
 
@@ -48,6 +65,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	}
 	f.kafka.register(cmd, "Kafka brokers, host:port, comma separated (required)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
+	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
 	return cmd
 }
@@ -68,23 +86,24 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 	if len(f.kafka.brokers) == 0 {
 		return usageError{fmt.Errorf("no Kafka brokers: pass --brokers host:port (or set CANON_BROKERS); for a single-process setup use 'canon dev'")}
 	}
-	var runs []role
 	for _, name := range f.roles {
-		r, ok := roles[name]
-		if !ok {
+		if _, ok := roles[name]; !ok {
 			return usageError{fmt.Errorf("unknown role %q: known roles are %s", name, knownRoles())}
 		}
-		runs = append(runs, r)
 	}
-	n, err := newNode(ctx, log, f.kafka.brokers, &f.kafka, f.http)
+	data, err := filepath.Abs(f.data)
+	if err != nil {
+		return err
+	}
+	n, err := newNode(ctx, log, f.kafka.brokers, &f.kafka, f.http, data)
 	if err != nil {
 		return err
 	}
 	log.Info("canon serve started", "version", versionString(), "roles", f.roles,
 		"http", n.httpLn.Addr().String(), "partitions", n.topics.Partitions)
-	components := make([]func(context.Context) error, 0, len(runs))
-	for _, r := range runs {
-		components = append(components, func(ctx context.Context) error { return r.run(ctx, n) })
+	components, err := setupRoles(n, f.roles)
+	if err != nil {
+		return err
 	}
 	return n.run(ctx, components...)
 }

@@ -1,0 +1,147 @@
+// Package sequencer is Canon's single writer per project: a consumer group
+// on canon.mutations that decides each mutation against the store plus an
+// in-memory overlay, publishes the resulting chunks and versions to
+// canon.versions in a Kafka transaction that also commits the input
+// offsets, and only after that commit writes the same records to the
+// Pebble store. See docs/sequencer.md for the protocol and its failure
+// cases.
+package sequencer
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultGroup           = "canon-sequencer"
+	DefaultMaxBatchRecords = 500
+	DefaultMaxBatchBytes   = 8 << 20
+	DefaultLinger          = time.Millisecond
+	DefaultSessionTimeout  = 10 * time.Second
+	DefaultTxnTimeout      = 30 * time.Second
+	DefaultRestoreBatch    = 2000
+)
+
+// Config configures a Sequencer.
+type Config struct {
+	// Kafka holds the brokers, client id, logger and metrics registerer of
+	// the Kafka clients.
+	Kafka kafka.ClientConfig
+	// Topics are the names of Canon's topics.
+	Topics kafka.TopicNames
+	// Group is the consumer group of all sequencer instances; default
+	// "canon-sequencer". Renaming it makes the new group start from the
+	// committed offsets of nobody: every mutation would be decided again
+	// (harmlessly, as duplicates, but slowly).
+	Group string
+	// InstanceID names this instance; its transactional id is
+	// "<Group>-<InstanceID>". It must be unique among running instances.
+	// Default: the host name and a random suffix.
+	InstanceID string
+
+	// Store is the instance's Pebble store. The sequencer writes to it
+	// after each committed transaction and restores it from canon.versions
+	// when it gets a partition.
+	Store *store.Store
+	// Registry holds the mutators; default model.NewRegistry().
+	Registry *model.Registry
+	// Limits bound every record; default schemas.DefaultLimits().
+	Limits schemas.Limits
+
+	// MaxBatchRecords bounds the mutations decided in one transaction;
+	// default 500. A transaction takes whatever is fetched, up to this
+	// count: batches grow with the load, never by waiting.
+	MaxBatchRecords int
+	// Linger is the producer linger; default 1ms. Records of a batch are
+	// flushed when the transaction ends, so a longer linger only adds
+	// latency.
+	Linger time.Duration
+	// SessionTimeout of the group membership; default 10s. An instance
+	// that stops heartbeating for this long loses its partitions, and its
+	// late transactions are fenced.
+	SessionTimeout time.Duration
+	// TransactionTimeout is how long the broker lets an open transaction
+	// live before aborting it; default 30s.
+	TransactionTimeout time.Duration
+	// RestoreBatch is how many changelog records a restore applies to the
+	// store per write; default 2000.
+	RestoreBatch int
+
+	// Log receives the sequencer's logs; nil discards them.
+	Log *slog.Logger
+	// Registerer gets the sequencer's metrics; nil disables them.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Topics == (kafka.TopicNames{}) {
+		c.Topics = kafka.DefaultTopicNames()
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		c.InstanceID = host + "-" + hex.EncodeToString(b[:])
+	}
+	if c.Registry == nil {
+		c.Registry = model.NewRegistry()
+	}
+	if c.Limits == (schemas.Limits{}) {
+		c.Limits = schemas.DefaultLimits()
+	}
+	if c.MaxBatchRecords == 0 {
+		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultTxnTimeout
+	}
+	if c.RestoreBatch == 0 {
+		c.RestoreBatch = DefaultRestoreBatch
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("sequencer: no store"))
+	}
+	if len(c.Kafka.Brokers) == 0 {
+		errs = append(errs, errors.New("sequencer: no Kafka brokers: pass --brokers"))
+	}
+	if c.MaxBatchRecords < 0 || c.RestoreBatch < 0 {
+		errs = append(errs, fmt.Errorf("sequencer: batch sizes must be positive (max batch %d, restore batch %d)", c.MaxBatchRecords, c.RestoreBatch))
+	}
+	if c.Linger < 0 || c.Linger > time.Second {
+		errs = append(errs, fmt.Errorf("sequencer: linger %v: use 0 to 1s (default 1ms)", c.Linger))
+	}
+	if c.TransactionTimeout > 0 && c.SessionTimeout > 0 && c.TransactionTimeout < c.SessionTimeout {
+		errs = append(errs, fmt.Errorf("sequencer: transaction timeout %v is shorter than the session timeout %v", c.TransactionTimeout, c.SessionTimeout))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,74 @@
+package sequencer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	outcomes        *prometheus.CounterVec // by outcome: applied, error, duplicate, gap, rejected
+	versions        prometheus.Counter
+	batchSize       prometheus.Histogram
+	txnSeconds      prometheus.Histogram
+	txnAborted      *prometheus.CounterVec // by cause
+	restoreLag      *prometheus.GaugeVec   // changelog records left to restore, by partition
+	restoreSeconds  prometheus.Histogram
+	restoreRecords  prometheus.Counter
+	restoreBytes    prometheus.Counter
+	ownedPartitions prometheus.Gauge
+	restoring       prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "mutations_total",
+			Help: "Mutations decided, by outcome: applied, error, duplicate, gap, rejected.",
+		}, []string{"outcome"}),
+		versions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "versions_total",
+			Help: "Versions published in committed transactions (rate() gives versions per second).",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "batch_mutations",
+			Help:    "Mutations per transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "transaction_seconds",
+			Help:    "Time from the start of a transaction to its committed end.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		txnAborted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "transactions_aborted_total",
+			Help: "Transactions not committed, by cause: rebalance, error.",
+		}, []string{"cause"}),
+		restoreLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "restore_lag_records",
+			Help: "Changelog records left to restore, by partition.",
+		}, []string{"partition"}),
+		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "restore_seconds",
+			Help:    "Duration of partition restores.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		restoreRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "restore_records_total",
+			Help: "Changelog records applied to the store by restores.",
+		}),
+		restoreBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "restore_bytes_total",
+			Help: "Changelog bytes applied to the store by restores.",
+		}),
+		ownedPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "owned_partitions",
+			Help: "Partitions of canon.mutations this instance owns.",
+		}),
+		restoring: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "restoring_partitions",
+			Help: "Owned partitions not yet restored; the instance is ready when this is 0.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.ownedPartitions, m.restoring)
+	}
+	return m
+}

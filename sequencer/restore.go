@@ -1,0 +1,204 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// restorePending restores every owned partition that needs it, with
+// fetching of its input partition paused meanwhile. It runs in the poll
+// loop, never in a rebalance callback: a restore may take long.
+func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) error {
+	ps := s.pendingRestores()
+	if len(ps) == 0 {
+		return nil
+	}
+	paused := map[string][]int32{s.cfg.Topics.Mutations: ps}
+	cl.PauseFetchPartitions(paused)
+	defer cl.ResumeFetchPartitions(paused)
+	for _, p := range ps {
+		if err := s.restore(ctx, cl, p); err != nil {
+			return fmt.Errorf("restore partition %d: %w", p, err)
+		}
+		s.restored(p)
+	}
+	return nil
+}
+
+// errUnexplained means the changelog cannot explain the local state: the
+// partition's local data is dropped and rebuilt.
+var errUnexplained = errors.New("changelog does not explain the local state")
+
+// restore brings the store's partition p up to the last stable offset of
+// canon.versions[p].
+func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error {
+	start := time.Now()
+	adm := kadm.NewClient(cl)
+	topic := s.cfg.Topics.Versions
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
+	if err != nil {
+		return fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+	}
+	so, ok := starts.Lookup(topic, p)
+	eo, ok2 := ends.Lookup(topic, p)
+	if !ok || !ok2 || so.Err != nil || eo.Err != nil {
+		return fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err))
+	}
+	first, end := so.Offset, eo.Offset
+
+	from, stored, err := s.cfg.Store.Offset(p)
+	if err != nil {
+		return err
+	}
+	if !stored {
+		from = 0
+	}
+	switch {
+	case from > end:
+		s.log.Warn("store is ahead of the changelog (topic recreated or truncated?): dropping the partition's local state and rebuilding it",
+			"partition", p, "stored_offset", from, "changelog_end", end)
+		if err := s.cfg.Store.DropPartition(p); err != nil {
+			return err
+		}
+		from = first
+	case from < first:
+		// Records the store has not seen were deleted: nothing can
+		// rebuild this partition.
+		return fmt.Errorf("%s[%d] starts at offset %d but the store needs it from %d: records were deleted (retention must be infinite: set retention.ms=-1); the partition cannot be restored",
+			topic, p, first, from)
+	}
+
+	n, bytes, err := s.replay(ctx, p, from, end)
+	if errors.Is(err, errUnexplained) && from > first {
+		s.log.Warn("dropping the partition's local state and rebuilding it from the changelog", "partition", p, "err", err)
+		if derr := s.cfg.Store.DropPartition(p); derr != nil {
+			return derr
+		}
+		n, bytes, err = s.replay(ctx, p, first, end)
+	}
+	if err != nil {
+		return err
+	}
+	d := time.Since(start)
+	s.m.restoreSeconds.Observe(d.Seconds())
+	s.log.Info("partition restored", "partition", p, "from", from, "to", end, "records", n, "bytes", bytes, "took", d)
+	return nil
+}
+
+// replay applies canon.versions[p] from offset `from` up to `end` (the
+// last stable offset) to the store, read_committed, in batches.
+func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64) (records, bytes int64, err error) {
+	label := partitionLabel(p)
+	defer s.m.restoreLag.WithLabelValues(label).Set(0)
+	if from >= end {
+		return 0, 0, nil
+	}
+	opts, err := s.cfg.Kafka.Opts()
+	if err != nil {
+		return 0, 0, err
+	}
+	cl, err := kgo.NewClient(append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topics.Versions: {p: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Commit markers are returned so that the position is known
+		// exactly: the last stable offset may be a marker.
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxBytes(64<<20),
+	)...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+
+	next := from
+	var pending []store.Record
+	flush := func() error {
+		if len(pending) == 0 && next == from {
+			return nil
+		}
+		err := s.cfg.Store.Apply(p, pending, next)
+		if err != nil {
+			if errors.Is(err, store.ErrGap) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrStateHash) || errors.Is(err, store.ErrInvalid) {
+				return fmt.Errorf("%w: %w", errUnexplained, err)
+			}
+			return err
+		}
+		s.m.restoreRecords.Add(float64(len(pending)))
+		pending = pending[:0]
+		return nil
+	}
+	for next < end {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return records, bytes, ctx.Err()
+		}
+		if err := fs.Err0(); err != nil {
+			return records, bytes, fmt.Errorf("read %s[%d] at %d: %w", s.cfg.Topics.Versions, p, next, err)
+		}
+		var ferr error
+		fs.EachRecord(func(r *kgo.Record) {
+			if ferr != nil || r.Offset >= end {
+				return
+			}
+			next = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return
+			}
+			rec, err := s.decodeChangelog(r)
+			if err != nil {
+				ferr = err
+				return
+			}
+			pending = append(pending, rec)
+			records++
+			bytes += int64(len(r.Value))
+			s.m.restoreBytes.Add(float64(len(r.Value)))
+			if len(pending) >= s.cfg.RestoreBatch {
+				ferr = flush()
+			}
+		})
+		if ferr != nil {
+			return records, bytes, ferr
+		}
+		s.m.restoreLag.WithLabelValues(label).Set(float64(end - next))
+	}
+	return records, bytes, flush()
+}
+
+// decodeChangelog decodes a canon.versions record for the store. A record
+// this build cannot read is an error: skipping it would corrupt the state.
+func (s *Sequencer) decodeChangelog(r *kgo.Record) (store.Record, error) {
+	schema := header(r, schemas.HeaderSchema)
+	kind, _, err := schemas.ParseSchema(schema)
+	if err != nil {
+		return store.Record{}, fmt.Errorf("changelog record %s[%d]@%d: %w (upgrade Canon to read it)", r.Topic, r.Partition, r.Offset, err)
+	}
+	switch kind {
+	case schemas.KindChunk:
+		c, err := schemas.DecodeChunk(schema, header(r, schemas.HeaderChunkHash), r.Key, r.Value, s.cfg.Limits)
+		if err != nil {
+			return store.Record{}, fmt.Errorf("%w: chunk at %s[%d]@%d: %w", errUnexplained, r.Topic, r.Partition, r.Offset, err)
+		}
+		return store.Record{Chunk: c}, nil
+	case schemas.KindVersion:
+		v, err := schemas.DecodeVersion(schema, r.Value, s.cfg.Limits)
+		if err != nil {
+			return store.Record{}, fmt.Errorf("%w: version at %s[%d]@%d: %w", errUnexplained, r.Topic, r.Partition, r.Offset, err)
+		}
+		return store.Record{Version: v}, nil
+	default:
+		return store.Record{}, fmt.Errorf("%w: record of kind %s at %s[%d]@%d in the changelog", errUnexplained, kind, r.Topic, r.Partition, r.Offset)
+	}
+}

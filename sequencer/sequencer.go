@@ -1,0 +1,510 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// Sequencer is one instance of the sequencer group.
+type Sequencer struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	decider *model.Decider
+
+	// Partition counts of the topics, read at start.
+	partitions         int32
+	rejectedPartitions int32
+
+	mu          sync.Mutex
+	owned       map[int32]bool     // assigned partitions of canon.mutations
+	needRestore map[int32]bool     // owned and not restored since assignment or since a doubt
+	wake        context.CancelFunc // interrupts the current poll, so that new partitions are restored at once
+	running     atomic.Bool
+}
+
+// New checks cfg and returns a Sequencer; Run starts it.
+func New(cfg Config) (*Sequencer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sequencer{
+		cfg:         cfg,
+		log:         cfg.Log.With("component", "sequencer", "instance", cfg.InstanceID),
+		m:           newMetrics(cfg.Registerer),
+		decider:     model.NewDecider(cfg.Store, cfg.Registry, cfg.Limits),
+		owned:       map[int32]bool{},
+		needRestore: map[int32]bool{},
+	}, nil
+}
+
+// Ready reports whether the instance can decide: it runs and every
+// partition it owns is restored.
+func (s *Sequencer) Ready(context.Context) error {
+	if !s.running.Load() {
+		return errors.New("sequencer is not running")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.needRestore) > 0 {
+		ps := make([]int32, 0, len(s.needRestore))
+		for p := range s.needRestore {
+			ps = append(ps, p)
+		}
+		slices.Sort(ps)
+		return fmt.Errorf("restoring partitions %v of %s", ps, s.cfg.Topics.Versions)
+	}
+	return nil
+}
+
+// errSession means the transactional session cannot be used any more: the
+// instance was fenced, or a transaction ended ambiguously. Run starts a new
+// session after restoring every owned partition.
+var errSession = errors.New("transactional session failed")
+
+// Run consumes and decides until ctx ends, then leaves the group. A failed
+// session is replaced by a new one (with every partition restored again),
+// so Run returns only when ctx ends or the configuration cannot work.
+func (s *Sequencer) Run(ctx context.Context) error {
+	if err := s.readPartitionCounts(ctx); err != nil {
+		return err
+	}
+	s.running.Store(true)
+	defer s.running.Store(false)
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.runSession(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Error("sequencer session ended; starting a new one", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
+	opts, err := s.cfg.Kafka.Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, s.cfg.Topics.Mutations, s.cfg.Topics.Versions, s.cfg.Topics.Rejected)
+	if err != nil {
+		return fmt.Errorf("read partition counts: %w", err)
+	}
+	count := func(t string) (int32, error) {
+		td, ok := topics[t]
+		if !ok {
+			return 0, fmt.Errorf("topic %s is missing: create Canon's topics with 'canon topics'", t)
+		}
+		if td.Err != nil {
+			return 0, fmt.Errorf("topic %s: %w: create Canon's topics with 'canon topics'", t, td.Err)
+		}
+		return int32(len(td.Partitions)), nil
+	}
+	m, err := count(s.cfg.Topics.Mutations)
+	if err != nil {
+		return err
+	}
+	v, err := count(s.cfg.Topics.Versions)
+	if err != nil {
+		return err
+	}
+	r, err := count(s.cfg.Topics.Rejected)
+	if err != nil {
+		return err
+	}
+	if m != v {
+		return fmt.Errorf("%s has %d partitions and %s has %d: they must be equal (see 'canon topics')", s.cfg.Topics.Mutations, m, s.cfg.Topics.Versions, v)
+	}
+	if m != s.cfg.Store.Partitions() {
+		return fmt.Errorf("the store was opened for %d partitions but %s has %d", s.cfg.Store.Partitions(), s.cfg.Topics.Mutations, m)
+	}
+	s.partitions, s.rejectedPartitions = m, r
+	return nil
+}
+
+func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range assigned[s.cfg.Topics.Mutations] {
+		s.owned[p] = true
+		s.needRestore[p] = true
+	}
+	s.m.ownedPartitions.Set(float64(len(s.owned)))
+	s.m.restoring.Set(float64(len(s.needRestore)))
+	s.log.Info("partitions assigned", "partitions", assigned[s.cfg.Topics.Mutations])
+	if s.wake != nil {
+		s.wake() // an idle partition must not wait for a record to be restored
+	}
+}
+
+// poll waits for records; an assignment interrupts it.
+func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession) kgo.Fetches {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.wake = cancel
+	s.mu.Unlock()
+	fs := sess.PollRecords(pctx, s.cfg.MaxBatchRecords)
+	s.mu.Lock()
+	s.wake = nil
+	s.mu.Unlock()
+	return fs
+}
+
+func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range revoked[s.cfg.Topics.Mutations] {
+		delete(s.owned, p)
+		delete(s.needRestore, p)
+	}
+	s.m.ownedPartitions.Set(float64(len(s.owned)))
+	s.m.restoring.Set(float64(len(s.needRestore)))
+	if len(revoked[s.cfg.Topics.Mutations]) > 0 {
+		s.log.Info("partitions revoked", "partitions", revoked[s.cfg.Topics.Mutations])
+	}
+}
+
+// restoreAllOwned marks every owned partition for restore: after a doubt
+// about what reached Kafka, the store catches up from the changelog.
+func (s *Sequencer) restoreAllOwned() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.owned {
+		s.needRestore[p] = true
+	}
+	s.m.restoring.Set(float64(len(s.needRestore)))
+}
+
+func (s *Sequencer) pendingRestores() []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := make([]int32, 0, len(s.needRestore))
+	for p := range s.needRestore {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+func (s *Sequencer) restored(p int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.needRestore, p)
+	s.m.restoring.Set(float64(len(s.needRestore)))
+}
+
+func (s *Sequencer) runSession(ctx context.Context) error {
+	base, err := s.cfg.Kafka.Opts()
+	if err != nil {
+		return err
+	}
+	opts := append(base,
+		kgo.ConsumerGroup(s.cfg.Group),
+		kgo.ConsumeTopics(s.cfg.Topics.Mutations),
+		kgo.TransactionalID(s.cfg.Group+"-"+s.cfg.InstanceID),
+		kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(s.cfg.Linger),
+		// Canon's records reach 2 MiB (a mutation with a large item body);
+		// the topics accept 4 MiB.
+		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(s.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(s.cfg.SessionTimeout/5),
+		kgo.OnPartitionsAssigned(s.onAssigned),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onRevoked),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("create transactional session: %w", err)
+	}
+	defer func() {
+		// Whatever this session decided but did not commit is gone; the
+		// next one starts from the changelog.
+		s.decider.Reset()
+		s.restoreAllOwned()
+		sess.Close()
+	}()
+	s.log.Info("sequencer joining group", "group", s.cfg.Group, "topic", s.cfg.Topics.Mutations)
+
+	for {
+		fetches := s.poll(ctx, sess)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		if err := s.restorePending(ctx, sess.Client()); err != nil {
+			// Deciding without a restored store could publish a version
+			// twice: abort, which rewinds the consumed offsets, and retry.
+			s.log.Error("restore failed; retrying", "err", err)
+			if _, aerr := s.abort(ctx, sess); aerr != nil {
+				return aerr
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		recs := fetches.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		if err := s.transact(ctx, sess, recs); err != nil {
+			return err
+		}
+	}
+}
+
+// abort ends an empty or failed transaction, rewinding the consumed
+// offsets to the committed ones so the records are polled again.
+func (s *Sequencer) abort(ctx context.Context, sess *kgo.GroupTransactSession) (bool, error) {
+	if err := sess.Begin(); err != nil {
+		return false, fmt.Errorf("%w: begin: %w", errSession, err)
+	}
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return false, fmt.Errorf("%w: abort: %w", errSession, err)
+	}
+	return false, nil
+}
+
+// produced is what one committed transaction wrote to one partition of
+// canon.versions, for the store.
+type produced struct {
+	recs []store.Record
+	last int64 // offset of the last record
+}
+
+// batch is the state of one transaction.
+type batch struct {
+	mu         sync.Mutex
+	produceErr error
+	pending    []pendingRec
+	versions   int
+}
+
+type pendingRec struct {
+	rec store.Record
+	kr  *kgo.Record
+}
+
+func (b *batch) promise(r *kgo.Record, err error) {
+	if err != nil {
+		b.mu.Lock()
+		if b.produceErr == nil {
+			b.produceErr = fmt.Errorf("produce to %s[%d]: %w", r.Topic, r.Partition, err)
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {
+	start := time.Now()
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("%w: begin transaction: %w", errSession, err)
+	}
+	b := &batch{}
+	var decideErr error
+	outcomes := map[string]int{}
+	for _, r := range recs {
+		outcome, err := s.handle(ctx, sess, b, r)
+		if err != nil {
+			decideErr = err
+			break
+		}
+		outcomes[outcome]++
+	}
+	b.mu.Lock()
+	perr := b.produceErr
+	b.mu.Unlock()
+	try := kgo.TryCommit
+	if decideErr != nil || perr != nil {
+		try = kgo.TryAbort
+	}
+	committed, err := sess.End(ctx, try)
+	if err != nil {
+		// Ambiguous: the transaction may or may not have committed. Never
+		// abort or redo work that may have committed: drop the session,
+		// and let the restore read what the changelog really holds.
+		s.m.txnAborted.WithLabelValues("error").Inc()
+		return fmt.Errorf("%w: end transaction: %w", errSession, err)
+	}
+	b.mu.Lock()
+	perr = b.produceErr
+	b.mu.Unlock()
+	if !committed {
+		cause := "rebalance"
+		switch {
+		case decideErr != nil:
+			cause = "error"
+			s.log.Error("decide failed; transaction aborted, records will be decided again", "err", decideErr)
+		case perr != nil:
+			cause = "error"
+			s.log.Error("produce failed; transaction aborted, records will be decided again", "err", perr)
+		default:
+			s.log.Info("transaction aborted by a rebalance; records will be decided again by their owner")
+		}
+		s.m.txnAborted.WithLabelValues(cause).Inc()
+		s.decider.Reset()
+		return nil
+	}
+	s.m.txnSeconds.Observe(time.Since(start).Seconds())
+	s.m.batchSize.Observe(float64(len(recs)))
+	s.m.versions.Add(float64(b.versions))
+	for o, n := range outcomes {
+		s.m.outcomes.WithLabelValues(o).Add(float64(n))
+	}
+
+	// Committed: now, and only now, the store gets the same records.
+	byPartition := map[int32]*produced{}
+	for _, pr := range b.pending {
+		pp := byPartition[pr.kr.Partition]
+		if pp == nil {
+			pp = &produced{}
+			byPartition[pr.kr.Partition] = pp
+		}
+		pp.recs = append(pp.recs, pr.rec)
+		pp.last = max(pp.last, pr.kr.Offset)
+	}
+	for p, pp := range byPartition {
+		if err := s.cfg.Store.Apply(p, pp.recs, pp.last+1); err != nil {
+			// The changelog has it; the restore will bring it into the store.
+			s.log.Error("apply committed records to the store; partition will be restored", "partition", p, "err", err)
+			s.mu.Lock()
+			if s.owned[p] {
+				s.needRestore[p] = true
+			}
+			s.mu.Unlock()
+		}
+	}
+	s.decider.Reset()
+	return nil
+}
+
+// handle decides one input record and produces what follows from it. It
+// returns the outcome's name for the metrics; an error only for a store
+// failure, which aborts the transaction.
+func (s *Sequencer) handle(ctx context.Context, sess *kgo.GroupTransactSession, b *batch, r *kgo.Record) (string, error) {
+	schema := header(r, schemas.HeaderSchema)
+	m, err := schemas.DecodeMutation(schema, r.Value, s.cfg.Limits)
+	if err != nil {
+		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: schemas.RejectReason(err), Message: err.Error(), Schema: schema, Value: prefix(r.Value)})
+		return "rejected", nil
+	}
+	if org, project, kerr := schemas.ParseProjectKey(r.Key); kerr != nil || org != m.Org || project != m.Project {
+		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: schemas.ReasonKeyMismatch, Schema: schema, Mutation: m,
+			Message: fmt.Sprintf("record key %q is not the project key %q: produce mutations keyed by org/project", r.Key, schemas.ProjectKey(m.Org, m.Project))})
+		return "rejected", nil
+	}
+	if want := schemas.Partition(r.Key, s.partitions); want != r.Partition {
+		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: schemas.ReasonKeyMismatch, Schema: schema, Mutation: m,
+			Message: fmt.Sprintf("project %s/%s belongs to partition %d, not %d: produce with Kafka's default (murmur2) partitioner", m.Org, m.Project, want, r.Partition)})
+		return "rejected", nil
+	}
+	d, err := s.decider.Decide(model.MutationRecord{Mutation: m, Timestamp: r.Timestamp, Partition: r.Partition, Offset: r.Offset})
+	if err != nil {
+		return "", fmt.Errorf("decide %s/%s client %s id %d: %w", m.Org, m.Project, m.Client, m.ID, err)
+	}
+	switch d.Kind {
+	case model.Applied, model.Errored:
+		for i := range d.Chunks {
+			c := &d.Chunks[i]
+			value, hash := schemas.EncodeChunk(c)
+			kr := &kgo.Record{Topic: s.cfg.Topics.Versions, Partition: r.Partition, Key: r.Key, Value: value,
+				Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaChunkV1)}, {Key: schemas.HeaderChunkHash, Value: []byte(hash)}}}
+			b.pending = append(b.pending, pendingRec{rec: store.Record{Chunk: c}, kr: kr})
+			sess.Produce(ctx, kr, b.promise)
+		}
+		value, err := schemas.EncodeVersion(d.Version, s.cfg.Limits)
+		if err != nil {
+			return "", fmt.Errorf("encode version %d of %s/%s@%s: %w", d.Version.Version, m.Org, m.Project, m.Branch, err)
+		}
+		kr := &kgo.Record{Topic: s.cfg.Topics.Versions, Partition: r.Partition, Key: r.Key, Value: value,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaVersionV1)}}}
+		b.pending = append(b.pending, pendingRec{rec: store.Record{Version: d.Version}, kr: kr})
+		b.versions++
+		sess.Produce(ctx, kr, b.promise)
+		return d.Kind.String(), nil
+	case model.Duplicate:
+		return "duplicate", nil
+	case model.Gap:
+		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: schemas.ReasonGap, Schema: schema, Mutation: m, ExpectedID: d.ExpectedID,
+			Message: fmt.Sprintf("mutation id %d of client %s is ahead of the last applied id %d: resend from id %d", m.ID, m.Client, d.LastID, d.ExpectedID)})
+		return "gap", nil
+	default: // model.Rejected
+		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: d.Reason, Schema: schema, Mutation: m, Message: d.Message})
+		return "rejected", nil
+	}
+}
+
+func (s *Sequencer) reject(ctx context.Context, sess *kgo.GroupTransactSession, b *batch, r *kgo.Record, rej *schemas.Rejected) {
+	rej.Topic, rej.Partition, rej.Offset = r.Topic, r.Partition, r.Offset
+	rej.At = r.Timestamp.UnixMilli()
+	value, err := schemas.EncodeRejected(rej, s.cfg.Limits)
+	if err != nil {
+		// A rejection that cannot be encoded (a mutation over a limit):
+		// keep the reason and where the record is, drop the rest.
+		rej.Mutation, rej.Value = nil, nil
+		if value, err = schemas.EncodeRejected(rej, s.cfg.Limits); err != nil {
+			s.log.Error("encode rejected record", "err", err, "partition", r.Partition, "offset", r.Offset)
+			return
+		}
+	}
+	s.log.Debug("mutation rejected", "reason", rej.Reason, "partition", r.Partition, "offset", r.Offset, "message", rej.Message)
+	kr := &kgo.Record{Topic: s.cfg.Topics.Rejected, Partition: r.Partition % s.rejectedPartitions, Key: r.Key, Value: value,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaRejectedV1)}}}
+	sess.Produce(ctx, kr, b.promise)
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func prefix(b []byte) []byte {
+	if len(b) > schemas.MaxRejectedValueBytes {
+		return b[:schemas.MaxRejectedValueBytes]
+	}
+	return b
+}
+
+func partitionLabel(p int32) string { return strconv.Itoa(int(p)) }

@@ -1,0 +1,255 @@
+package sequencer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// env is a broker with Canon's topics and a producer of raw records.
+type env struct {
+	brokers []string
+	names   kafka.TopicNames
+	parts   int32
+	cl      *kgo.Client
+}
+
+func newEmbeddedEnv(t *testing.T, partitions int32) *env {
+	t.Helper()
+	emb, err := kafka.StartEmbedded(kafka.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(emb.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{Partitions: partitions}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{brokers: emb.Brokers(), names: info.Names, parts: partitions, cl: cl}
+}
+
+// push produces a mutation record the way the ingest does: keyed by the
+// project, on Java's partition, with the schema header.
+func (e *env) push(t *testing.T, m *schemas.Mutation) {
+	t.Helper()
+	v, err := schemas.EncodeMutation(m, schemas.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := schemas.ProjectKey(m.Org, m.Project)
+	e.raw(t, &kgo.Record{Key: key, Value: v, Partition: schemas.Partition(key, e.parts),
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}})
+}
+
+func (e *env) raw(t *testing.T, r *kgo.Record) {
+	t.Helper()
+	r.Topic = e.names.Mutations
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(org, project, client string, id uint64, item string, data string) *schemas.Mutation {
+	args := fmt.Sprintf(`{"collection":"tasks","id":%q,"data":%s}`, item, data)
+	return &schemas.Mutation{Org: org, Project: project, Branch: "main", ClientGroup: "g-" + client, Client: client,
+		ID: id, Name: "item.put", Args: json.RawMessage(args)}
+}
+
+func startSequencer(t *testing.T, ctx context.Context, e *env, dir string) (*Sequencer, *store.Store, chan error) {
+	t.Helper()
+	st, err := store.Open(store.Config{Dir: dir, Partitions: e.parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := New(Config{
+		Kafka:          kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-sequencer"},
+		Topics:         e.names,
+		Store:          st,
+		SessionTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(ctx) }()
+	return seq, st, done
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
+	t.Helper()
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// readTopic reads a whole topic, read_committed.
+func readTopic(t *testing.T, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		recs := fs.Records()
+		if len(recs) == 0 {
+			return out
+		}
+		out = append(out, recs...)
+	}
+}
+
+func TestSequencerOutcomesAndRestore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newEmbeddedEnv(t, 3)
+	dir := filepath.Join(t.TempDir(), "store")
+	sctx, scancel := context.WithCancel(ctx)
+	seq, st, done := startSequencer(t, sctx, e, dir)
+
+	for i := uint64(1); i <= 10; i++ {
+		e.push(t, put("acme", "roadmap", "alice", i, fmt.Sprintf("t%d", i%3), fmt.Sprintf(`{"n":%d}`, i)))
+		e.push(t, put("acme", "budget", "bob", i, "b", fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	e.push(t, put("acme", "roadmap", "alice", 5, "dup", `{}`))                   // duplicate
+	e.push(t, put("acme", "roadmap", "alice", 13, "gap", `{}`))                  // gap: expects 11
+	e.raw(t, &kgo.Record{Key: []byte("acme/roadmap"), Value: []byte("not json"), // undecodable
+		Partition: schemas.Partition([]byte("acme/roadmap"), 3),
+		Headers:   []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}})
+	e.raw(t, &kgo.Record{Key: []byte("acme/roadmap"), Value: []byte("{}"), Partition: schemas.Partition([]byte("acme/roadmap"), 3)}) // no schema
+	e.push(t, &schemas.Mutation{Org: "acme", Project: "roadmap", Branch: "main", ClientGroup: "g-alice", Client: "alice",
+		ID: 11, Name: "no.such.mutator", Args: json.RawMessage(`{}`)}) // error outcome, still a version
+	e.push(t, put("acme", "roadmap", "alice", 12, "t1", `{"last":true}`))
+
+	waitFor(t, ctx, "all versions in the store", func() (bool, error) {
+		h1, err := st.Head("acme", "roadmap", "main")
+		if err != nil {
+			return false, err
+		}
+		h2, err := st.Head("acme", "budget", "main")
+		return h1.Version == 12 && h2.Version == 10, err
+	})
+	waitFor(t, ctx, "ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
+
+	// The changelog: contiguous versions per project, each mutation once.
+	mem := model.NewMemState()
+	var chunks []schemas.Chunk
+	seen := map[string]uint64{}
+	for _, r := range readTopic(t, e.brokers, e.names.Versions) {
+		switch header(r, schemas.HeaderSchema) {
+		case schemas.SchemaChunkV1:
+			c, err := schemas.DecodeChunk(schemas.SchemaChunkV1, header(r, schemas.HeaderChunkHash), r.Key, r.Value, schemas.DefaultLimits())
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunks = append(chunks, *c)
+		case schemas.SchemaVersionV1:
+			v, err := schemas.DecodeVersion(schemas.SchemaVersionV1, r.Value, schemas.DefaultLimits())
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := v.Org + "/" + v.Project + "@" + v.Branch
+			if v.Version != seen[key]+1 {
+				t.Fatalf("%s: version %d follows %d", key, v.Version, seen[key])
+			}
+			seen[key] = v.Version
+			if err := mem.Apply(v, chunks); err != nil {
+				t.Fatal(err)
+			}
+			chunks = nil
+		default:
+			t.Fatalf("unexpected record in the changelog: %q", header(r, schemas.HeaderSchema))
+		}
+	}
+	if seen["acme/roadmap@main"] != 12 || seen["acme/budget@main"] != 10 {
+		t.Fatalf("versions: %v", seen)
+	}
+	v11, ok := mem.Version("acme", "roadmap", "main", 11)
+	if !ok || v11.Mutations[0].Status != schemas.StatusError {
+		t.Fatalf("version 11 should record the unknown mutator as an error: %+v", v11)
+	}
+
+	// The dead letters: the gap with the expected id, the undecodable
+	// value and the record without a schema.
+	reasons := map[string]int{}
+	for _, r := range readTopic(t, e.brokers, e.names.Rejected) {
+		rej, err := schemas.DecodeRejected(schemas.SchemaRejectedV1, r.Value, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reasons[rej.Reason]++
+		if rej.Reason == schemas.ReasonGap && rej.ExpectedID != 11 {
+			t.Fatalf("gap expects %d, want 11", rej.ExpectedID)
+		}
+	}
+	if reasons[schemas.ReasonGap] != 1 || reasons[schemas.ReasonUndecodable] != 1 || reasons[schemas.ReasonUnknownSchema] != 1 || len(reasons) != 3 {
+		t.Fatalf("rejected reasons %v", reasons)
+	}
+
+	// The store equals a replay of the changelog.
+	for _, proj := range []string{"roadmap", "budget"} {
+		want, _ := mem.Head("acme", proj, "main")
+		got, _ := st.Head("acme", proj, "main")
+		if want.State != got.State || want.Version != got.Version {
+			t.Fatalf("%s: store head %d differs from the changelog replay %d", proj, got.Version, want.Version)
+		}
+	}
+
+	// Stop, delete the store, start again: the restore rebuilds it from
+	// the changelog, and new mutations continue the versions.
+	scancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	sctx, scancel = context.WithCancel(ctx)
+	defer scancel()
+	dir2 := filepath.Join(t.TempDir(), "store2")
+	_, st2, done2 := startSequencer(t, sctx, e, dir2)
+	defer func() { scancel(); <-done2; st2.Close() }()
+	e.push(t, put("acme", "roadmap", "alice", 13, "t2", `{"after":"restore"}`))
+	waitFor(t, ctx, "version 13 after the restore", func() (bool, error) {
+		h, err := st2.Head("acme", "roadmap", "main")
+		return h.Version == 13, err
+	})
+	h, _ := st2.Head("acme", "budget", "main")
+	want, _ := mem.Head("acme", "budget", "main")
+	if h.State != want.State || h.Version != 10 {
+		t.Fatalf("restored budget head %d differs from the changelog", h.Version)
+	}
+}
