@@ -166,10 +166,10 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 			// branch's first version.
 			return rejected(last, argsErr), nil
 		}
-		return d.record(rec, bs, branch, args, argsErr, nil), nil
+		return d.record(rec, bs, branch, args, argsErr, nil)
 	}
 	if !known {
-		return d.record(rec, bs, branch, args, fmt.Sprintf("unknown mutator %q", m.Name), nil), nil
+		return d.record(rec, bs, branch, args, fmt.Sprintf("unknown mutator %q", m.Name), nil)
 	}
 	if isCreate {
 		return d.branchCreate(rec, bs, branch, args)
@@ -183,16 +183,16 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 		return Decision{}, t.err
 	}
 	if merr != nil {
-		return d.record(rec, bs, branch, args, merr.Error(), nil), nil
+		return d.record(rec, bs, branch, args, merr.Error(), nil)
 	}
 	c, err := d.collect(t)
 	if err != nil {
 		return Decision{}, err
 	}
 	if c.failure != "" {
-		return d.record(rec, bs, branch, args, c.failure, nil), nil
+		return d.record(rec, bs, branch, args, c.failure, nil)
 	}
-	return d.record(rec, bs, branch, args, "", &c), nil
+	return d.record(rec, bs, branch, args, "", &c)
 }
 
 // run calls a mutator, turning a panic into its error outcome: one bad
@@ -329,8 +329,22 @@ func pending(chunks []schemas.Chunk, h string) bool {
 // record makes the next version of a branch for a mutation: applied with
 // the effect c, or, when c is nil, recorded with the error message and no
 // change of state.
-func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, args json.RawMessage, errMsg string, c *collected) Decision {
+func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, args json.RawMessage, errMsg string, c *collected) (Decision, error) {
 	m := rec.Mutation
+	var (
+		argsRef    *schemas.BlobRef
+		argsChunks []schemas.Chunk
+	)
+	if c != nil {
+		argsChunks = c.chunks
+	}
+	if len(args) > schemas.InlineArgsBytes {
+		var err error
+		if argsRef, argsChunks, err = d.storeArgs(bs.key, args, argsChunks); err != nil {
+			return Decision{}, err
+		}
+		args = nil
+	}
 	v := bs.head + 1
 	out := schemas.Outcome{
 		ClientGroup: m.ClientGroup,
@@ -338,6 +352,7 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 		ID:          m.ID,
 		Name:        m.Name,
 		Args:        args,
+		ArgsRef:     argsRef,
 		Status:      schemas.StatusApplied,
 		TS:          m.TS,
 		Principal:   m.Principal,
@@ -351,8 +366,14 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 		dec.Kind = Errored
 	} else {
 		items = c.changes
-		dec.Chunks = c.chunks
 		d.apply(bs, v, c)
+	}
+	dec.Chunks = argsChunks
+	if argsRef != nil {
+		ps := d.project(bs.key)
+		for _, ch := range argsChunks {
+			ps.chunks[ch.Hash] = struct{}{}
+		}
 	}
 	if bs.stateHash == "" {
 		bs.stateHash = stateHash(bs.state, bs.scalars)
@@ -374,7 +395,37 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 		StateHash: bs.stateHash,
 		Source:    schemas.SourceRef{Partition: rec.Partition, Offset: rec.Offset},
 	}
-	return dec
+	return dec, nil
+}
+
+// storeArgs stores large args like a body: split into content-defined
+// chunks in the project's namespace, so that args that differ little from
+// earlier ones (a client re-sending a large item) add only the chunks that
+// changed. It returns the reference and out with the new chunks appended.
+func (d *Decider) storeArgs(k branchKey, args json.RawMessage, out []schemas.Chunk) (*schemas.BlobRef, []schemas.Chunk, error) {
+	ps := d.project(k)
+	hash := BodyHash(args)
+	parts := SplitBody(args)
+	ref := &schemas.BlobRef{Hash: hash, Size: int64(len(args)), Chunks: make([]string, len(parts))}
+	out = slices.Clip(out)
+	for i, p := range parts {
+		h := hash // a one-chunk blob is its own chunk
+		if len(parts) > 1 {
+			h = BodyHash(p)
+		}
+		ref.Chunks[i] = h
+		if _, ok := ps.chunks[h]; ok || pending(out, h) {
+			continue
+		}
+		has, err := d.r.HasChunk(k.org, k.project, h)
+		if err != nil {
+			return nil, nil, fmt.Errorf("look up chunk %s of %s/%s: %w", h, k.org, k.project, err)
+		}
+		if !has {
+			out = append(out, schemas.Chunk{Org: k.org, Project: k.project, Hash: h, Data: p})
+		}
+	}
+	return ref, out, nil
 }
 
 // apply adds a successful mutation's effect, as version v, to the overlay.
@@ -424,7 +475,7 @@ func (d *Decider) branchCreate(rec MutationRecord, bs *branchState, branch strin
 			// An error outcome would be the new branch's first version.
 			return rejected(0, msg), nil
 		}
-		return d.record(rec, bs, branch, args, msg, nil), nil
+		return d.record(rec, bs, branch, args, msg, nil)
 	}
 	a, err := parseBranchCreate(args)
 	if err != nil {

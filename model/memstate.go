@@ -141,7 +141,23 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 		return fmt.Errorf("no mutations")
 	}
 	clients := make(map[string]uint64)
+	newBodies := make(map[string][]string)
 	for _, o := range v.Mutations {
+		if ref := o.ArgsRef; ref != nil {
+			var args []byte
+			for _, h := range ref.Chunks {
+				c, ok := chunk(h)
+				if !ok {
+					return fmt.Errorf("args of mutation %d of client %s: chunk %s is neither stored nor given", o.ID, o.Client, h)
+				}
+				args = append(args, c...)
+			}
+			if BodyHash(args) != ref.Hash || int64(len(args)) != ref.Size || !json.Valid(args) {
+				return fmt.Errorf("args of mutation %d of client %s: the chunks make %d bytes hashing to %s, not %d JSON bytes hashing to %s",
+					o.ID, o.Client, len(args), BodyHash(args), ref.Size, ref.Hash)
+			}
+			newBodies[ref.Hash] = slices.Clone(ref.Chunks)
+		}
 		if want := next.lastIDs[o.Client] + 1; o.ID != want {
 			return fmt.Errorf("mutation %d of client %s: expected id %d", o.ID, o.Client, want)
 		}
@@ -156,7 +172,6 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 	}
 
 	// Items.
-	newBodies := make(map[string][]string)
 	for i, ch := range v.Items {
 		k := itemKey{ch.Collection, ch.ID}
 		if i > 0 {

@@ -29,6 +29,9 @@ var top = at{index: -1}
 func nested(name string) at         { return at{prefix: name, index: -1} }
 func element(name string, i int) at { return at{prefix: name, index: i} }
 
+// child locates an object nested in a member of this one.
+func (a at) child(name string) at { return nested(a.field(name)) }
+
 // field is the path of a member of the object.
 func (a at) field(name string) string {
 	if len(name) > 64 { // a map key: a client id, a scalar name

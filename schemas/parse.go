@@ -249,7 +249,7 @@ func parseItems(raw []byte) ([]ItemChange, error) {
 	return items, err
 }
 
-var outcomeFields = newFieldSet("clientGroup", "client", "id", "name", "args", "status", "error", "ts", "principal", "receivedAt", "offset")
+var outcomeFields = newFieldSet("clientGroup", "client", "id", "name", "args", "status", "error", "ts", "principal", "receivedAt", "offset", "argsRef")
 
 func parseOutcomes(raw []byte) ([]Outcome, error) {
 	if raw == nil {
@@ -264,7 +264,7 @@ func parseOutcomes(raw []byte) ([]Outcome, error) {
 			return top.errorf("mutations["+strconv.Itoa(i)+"]", "must be an object, got %s", got(val))
 		}
 		a := element("mutations", i)
-		var v [11][]byte
+		var v [12][]byte
 		if err := outcomeFields.split(val, a, v[:]); err != nil {
 			return err
 		}
@@ -304,6 +304,11 @@ func parseOutcomes(raw []byte) ([]Outcome, error) {
 		if o.Offset, err = intField(v[10], a, "offset", 0, math.MaxInt64, true); err != nil {
 			return err
 		}
+		if v[11] != nil {
+			if o.ArgsRef, err = parseBlobRef(v[11], a, "argsRef"); err != nil {
+				return err
+			}
+		}
 		outs = append(outs, o)
 		return nil
 	})
@@ -311,6 +316,41 @@ func parseOutcomes(raw []byte) ([]Outcome, error) {
 		outs = []Outcome{}
 	}
 	return outs, err
+}
+
+var blobRefFields = newFieldSet("hash", "size", "chunks")
+
+func parseBlobRef(raw []byte, parent at, name string) (*BlobRef, error) {
+	if raw[0] != '{' {
+		return nil, parent.errorf(name, "must be an object, got %s", got(raw))
+	}
+	a := parent.child(name)
+	var v [3][]byte
+	if err := blobRefFields.split(raw, a, v[:]); err != nil {
+		return nil, err
+	}
+	ref := &BlobRef{}
+	var err error
+	if ref.Hash, err = str(v[0], a, "hash", true); err != nil {
+		return nil, err
+	}
+	if ref.Size, err = intField(v[1], a, "size", 1, math.MaxInt64, true); err != nil {
+		return nil, err
+	}
+	if v[2] == nil {
+		return nil, a.missing("chunks")
+	}
+	if err := wantArray(v[2], a, "chunks"); err != nil {
+		return nil, err
+	}
+	err = elements(v[2], func(j int, c []byte) error {
+		if c[0] != '"' {
+			return a.errorf("chunks["+strconv.Itoa(j)+"]", "must be a string, got %s", got(c))
+		}
+		ref.Chunks = append(ref.Chunks, unquote(c))
+		return nil
+	})
+	return ref, err
 }
 
 var rejectedFields = newFieldSet("reason", "message", "topic", "partition", "offset", "schema", "mutation", "expectedId", "value", "at")

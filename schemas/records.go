@@ -54,16 +54,22 @@ const (
 // recorded with its mutator's error (the client's last id advances either
 // way).
 type Outcome struct {
-	ClientGroup string          `json:"clientGroup"`
-	Client      string          `json:"client"`
-	ID          uint64          `json:"id"`
-	Name        string          `json:"name"`
-	Args        json.RawMessage `json:"args"`
-	Status      string          `json:"status"`
-	Error       string          `json:"error,omitempty"`
-	TS          int64           `json:"ts,omitempty"`
-	Principal   string          `json:"principal,omitempty"`
-	ReceivedAt  int64           `json:"receivedAt,omitempty"`
+	ClientGroup string `json:"clientGroup"`
+	Client      string `json:"client"`
+	ID          uint64 `json:"id"`
+	Name        string `json:"name"`
+	// Args are the mutation's arguments when they are at most
+	// InlineArgsBytes long. Larger args are stored like item bodies, as
+	// content-addressed chunks named by ArgsRef, and Args is null: a client
+	// that re-sends a 100 KB body with one byte changed then costs a few KB
+	// of storage, not 100 KB.
+	Args       json.RawMessage `json:"args"`
+	ArgsRef    *BlobRef        `json:"argsRef,omitempty"`
+	Status     string          `json:"status"`
+	Error      string          `json:"error,omitempty"`
+	TS         int64           `json:"ts,omitempty"`
+	Principal  string          `json:"principal,omitempty"`
+	ReceivedAt int64           `json:"receivedAt,omitempty"`
 	// Offset of the mutation record in canon.mutations (same partition as
 	// the version).
 	Offset int64 `json:"offset"`
@@ -92,6 +98,18 @@ type ItemChange struct {
 	Size int64 `json:"size,omitempty"`
 	// Chunks are the SHA-256 (hex) of the body's chunks, in order.
 	Chunks []string `json:"chunks,omitempty"`
+}
+
+// InlineArgsBytes is the largest args kept inline in a version record;
+// larger ones are stored as chunks and named by Outcome.ArgsRef.
+const InlineArgsBytes = 4 << 10
+
+// BlobRef names bytes stored as chunks in a project's namespace: their
+// SHA-256, length, and the chunks whose concatenation they are.
+type BlobRef struct {
+	Hash   string   `json:"hash"`
+	Size   int64    `json:"size"`
+	Chunks []string `json:"chunks"`
 }
 
 // BranchRef names a version of a branch.

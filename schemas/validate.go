@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
@@ -353,6 +354,30 @@ func validateMeta(meta json.RawMessage, a at, l Limits) error {
 	return nil
 }
 
+func validateBlobRef(r *BlobRef, a at, limit int64, limitName string) error {
+	if err := ValidateHash("", r.Hash); err != nil {
+		return a.wrap("hash", err)
+	}
+	if r.Size < 1 {
+		return a.errorf("size", "must be an integer >= 1, got %d", r.Size)
+	}
+	if r.Size > limit {
+		return tooLarge(a.field("size"), int(r.Size), int(limit), limitName)
+	}
+	if len(r.Chunks) == 0 {
+		return a.errorf("chunks", "must list at least one chunk")
+	}
+	if int64(len(r.Chunks)) > r.Size {
+		return a.errorf("chunks", "lists %d chunks for %d bytes: a chunk holds at least one byte", len(r.Chunks), r.Size)
+	}
+	for j, c := range r.Chunks {
+		if err := ValidateHash("", c); err != nil {
+			return a.wrap("chunks["+strconv.Itoa(j)+"]", err)
+		}
+	}
+	return nil
+}
+
 func validateOutcome(o *Outcome, a at, l Limits, checkJSON bool) error {
 	if err := ValidateClient("", o.ClientGroup); err != nil {
 		return a.wrap("clientGroup", err)
@@ -366,7 +391,17 @@ func validateOutcome(o *Outcome, a at, l Limits, checkJSON bool) error {
 	if err := ValidateMutatorName("", o.Name); err != nil {
 		return a.wrap("name", err)
 	}
-	if err := validateArgs(o.Args, l, a, checkJSON); err != nil {
+	if o.ArgsRef != nil {
+		if len(o.Args) > 0 && string(o.Args) != "null" {
+			return a.errorf("args", "must be null when argsRef names the args")
+		}
+		if err := validateBlobRef(o.ArgsRef, a.child("argsRef"), int64(l.MaxArgsBytes), "MaxArgsBytes"); err != nil {
+			return err
+		}
+		if o.ArgsRef.Size <= InlineArgsBytes {
+			return a.errorf("argsRef", "names %d bytes of args: args of at most %d bytes are inline", o.ArgsRef.Size, InlineArgsBytes)
+		}
+	} else if err := validateArgs(o.Args, l, a, checkJSON); err != nil {
 		return err
 	}
 	switch o.Status {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
@@ -112,26 +113,49 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 	}
 }
 
-// readTopic reads a whole topic, read_committed.
+// readTopic reads a whole topic, read_committed, up to its last stable
+// offsets as they are when it is called.
 func readTopic(t *testing.T, brokers []string, topic string) []*kgo.Record {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var out []*kgo.Record
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		recs := fs.Records()
-		if len(recs) == 0 {
-			return out
-		}
-		out = append(out, recs...)
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
 	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	var out []*kgo.Record
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("read %s: %v (still to read: %v)", topic, err, left)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := left[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
+	}
+	return out
 }
 
 func TestSequencerOutcomesAndRestore(t *testing.T) {

@@ -210,7 +210,23 @@ func (s *Store) applyVersion(b *pebble.Batch, p int32, v *schemas.Version) error
 	if err := b.Set(headKey(p, org, project, branch), encodeUint64(v.Version), nil); err != nil {
 		return err
 	}
-	for _, m := range v.Mutations {
+	for i, m := range v.Mutations {
+		if ref := m.ArgsRef; ref != nil {
+			// Large args are a blob of the project, readable by hash.
+			e := entry{size: ref.Size, chunks: make([][32]byte, len(ref.Chunks))}
+			var err error
+			if e.hash, err = parseHash(fmt.Sprintf("mutations[%d].argsRef.hash", i), ref.Hash); err != nil {
+				return err
+			}
+			for j, ch := range ref.Chunks {
+				if e.chunks[j], err = parseHash(fmt.Sprintf("mutations[%d].argsRef.chunks[%d]", i, j), ch); err != nil {
+					return err
+				}
+			}
+			if err := s.putManifest(b, p, org, project, &e); err != nil {
+				return fmt.Errorf("args of mutation %d of client %s: %w", m.ID, m.Client, err)
+			}
+		}
 		st := MutationStatus{Version: v.Version, Status: m.Status, Error: m.Error}
 		if err := b.Set(mutationKey(p, org, project, branch, m.Client, m.ID), st.encode(), nil); err != nil {
 			return err
