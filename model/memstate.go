@@ -99,6 +99,22 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 		b, ok := s.chunks[pk][h]
 		return b, ok
 	}
+	// assemble concatenates a blob's chunks and checks its hash and size.
+	assemble := func(what string, chunks []string, hash string, size int64) ([]byte, error) {
+		var blob []byte
+		for _, h := range chunks {
+			c, ok := chunk(h)
+			if !ok {
+				return nil, fmt.Errorf("%s: chunk %s is neither stored nor given", what, h)
+			}
+			blob = append(blob, c...)
+		}
+		if BodyHash(blob) != hash || int64(len(blob)) != size {
+			return nil, fmt.Errorf("%s: its chunks make %d bytes hashing to %s, not %d bytes hashing to %s",
+				what, len(blob), BodyHash(blob), size, hash)
+		}
+		return blob, nil
+	}
 
 	b := s.branches[bk]
 	var head uint64
@@ -144,17 +160,13 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 	newBodies := make(map[string][]string)
 	for _, o := range v.Mutations {
 		if ref := o.ArgsRef; ref != nil {
-			var args []byte
-			for _, h := range ref.Chunks {
-				c, ok := chunk(h)
-				if !ok {
-					return fmt.Errorf("args of mutation %d of client %s: chunk %s is neither stored nor given", o.ID, o.Client, h)
-				}
-				args = append(args, c...)
+			what := fmt.Sprintf("args of mutation %d of client %s", o.ID, o.Client)
+			args, err := assemble(what, ref.Chunks, ref.Hash, ref.Size)
+			if err != nil {
+				return err
 			}
-			if BodyHash(args) != ref.Hash || int64(len(args)) != ref.Size || !json.Valid(args) {
-				return fmt.Errorf("args of mutation %d of client %s: the chunks make %d bytes hashing to %s, not %d JSON bytes hashing to %s",
-					o.ID, o.Client, len(args), BodyHash(args), ref.Size, ref.Hash)
+			if !json.Valid(args) {
+				return fmt.Errorf("%s: not JSON", what)
 			}
 			newBodies[ref.Hash] = slices.Clone(ref.Chunks)
 		}
@@ -196,17 +208,9 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 			if len(ch.Chunks) == 0 {
 				return fmt.Errorf("item %s/%s: no chunks", ch.Collection, ch.ID)
 			}
-			var body []byte
-			for _, h := range ch.Chunks {
-				c, ok := chunk(h)
-				if !ok {
-					return fmt.Errorf("item %s/%s: chunk %s is neither stored nor given", ch.Collection, ch.ID, h)
-				}
-				body = append(body, c...)
-			}
-			if BodyHash(body) != ch.Hash || int64(len(body)) != ch.Size {
-				return fmt.Errorf("item %s/%s: its chunks make %d bytes hashing to %s, not %d bytes hashing to %s",
-					ch.Collection, ch.ID, len(body), BodyHash(body), ch.Size, ch.Hash)
+			body, err := assemble("item "+ch.Collection+"/"+ch.ID, ch.Chunks, ch.Hash, ch.Size)
+			if err != nil {
+				return err
 			}
 			if canon, err := Canonical(body); err != nil || !bytes.Equal(canon, body) {
 				return fmt.Errorf("item %s/%s: the body is not canonical JSON", ch.Collection, ch.ID)
