@@ -28,7 +28,7 @@ import (
 const (
 	DefaultGroup           = "canon-sequencer"
 	DefaultMaxBatchRecords = 500
-	DefaultMaxBatchBytes   = 8 << 20
+	DefaultMaxBatchTime    = 20 * time.Millisecond
 	DefaultLinger          = time.Millisecond
 	DefaultSessionTimeout  = 10 * time.Second
 	DefaultTxnTimeout      = 30 * time.Second
@@ -62,9 +62,13 @@ type Config struct {
 	Limits schemas.Limits
 
 	// MaxBatchRecords bounds the mutations decided in one transaction;
-	// default 500. A transaction takes whatever is fetched, up to this
-	// count: batches grow with the load, never by waiting.
+	// default 500. A transaction takes whatever is already fetched, up to
+	// this count: batches grow with the load, never by waiting.
 	MaxBatchRecords int
+	// MaxBatchDuration bounds how long a transaction keeps taking more
+	// fetched records into its batch; default 20ms. It caps the latency
+	// that a large batch adds to its first mutation.
+	MaxBatchDuration time.Duration
 	// Linger is the producer linger; default 1ms. Records of a batch are
 	// flushed when the transaction ends, so a longer linger only adds
 	// latency.
@@ -107,6 +111,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.MaxBatchDuration == 0 {
+		c.MaxBatchDuration = DefaultMaxBatchTime
 	}
 	if c.Linger == 0 {
 		c.Linger = DefaultLinger

@@ -341,13 +341,18 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	b := &batch{}
 	var decideErr error
 	outcomes := map[string]int{}
-	for _, r := range recs {
-		outcome, err := s.handle(ctx, sess, b, r)
-		if err != nil {
-			decideErr = err
-			break
+	decided := 0
+	for len(recs) > 0 && decideErr == nil {
+		for _, r := range recs {
+			outcome, err := s.handle(ctx, sess, b, r)
+			if err != nil {
+				decideErr = err
+				break
+			}
+			outcomes[outcome]++
 		}
-		outcomes[outcome]++
+		decided += len(recs)
+		recs = s.more(ctx, sess, decided, start)
 	}
 	b.mu.Lock()
 	perr := b.produceErr
@@ -384,7 +389,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		return nil
 	}
 	s.m.txnSeconds.Observe(time.Since(start).Seconds())
-	s.m.batchSize.Observe(float64(len(recs)))
+	s.m.batchSize.Observe(float64(decided))
 	s.m.versions.Add(float64(b.versions))
 	for o, n := range outcomes {
 		s.m.outcomes.WithLabelValues(o).Add(float64(n))
@@ -414,6 +419,21 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	}
 	s.decider.Reset()
 	return nil
+}
+
+// more grows a transaction's batch with records that are already
+// fetched, never waiting for new ones, while the batch is under
+// MaxBatchRecords and MaxBatchDuration and no partition waits for a
+// restore (its records must not be decided before it).
+func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time) []*kgo.Record {
+	left := s.cfg.MaxBatchRecords - decided
+	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration || sess.Client().BufferedFetchRecords() == 0 {
+		return nil
+	}
+	if len(s.pendingRestores()) > 0 {
+		return nil
+	}
+	return sess.PollRecords(ctx, left).Records()
 }
 
 // handle decides one input record and produces what follows from it. It
