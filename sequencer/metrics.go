@@ -14,6 +14,7 @@ type metrics struct {
 	restoreBytes    prometheus.Counter
 	ownedPartitions prometheus.Gauge
 	restoring       prometheus.Gauge
+	offsetBehind    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,10 +66,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "restoring_partitions",
 			Help: "Owned partitions not yet restored; the instance is ready when this is 0.",
 		}),
+		offsetBehind: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "input_offset_behind_total",
+			Help: "Restores that found the group's committed input offset behind the changelog (offsets reset or deleted).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.ownedPartitions, m.restoring)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.ownedPartitions, m.restoring, m.offsetBehind)
 	}
 	return m
 }

@@ -91,10 +91,62 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	if err != nil {
 		return err
 	}
+	s.checkInputOffset(cl, p)
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
 	s.log.Info("partition restored", "partition", p, "from", from, "to", end, "records", n, "bytes", bytes, "took", d)
 	return nil
+}
+
+// checkInputOffset compares the restored state with the group's committed
+// offset of the input partition. Versions and input offsets commit in the
+// same transactions, so the committed offset is past the source of the
+// last version; if it is not, the group's offsets were reset or deleted.
+// That loses nothing (the mutations are decided again and skipped as
+// duplicates) but is worth an operator's look.
+func (s *Sequencer) checkInputOffset(cl *kgo.Client, p int32) {
+	last, ok, err := s.lastSource(p)
+	if err != nil {
+		s.log.Warn("cannot read the last version's source offset", "partition", p, "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	committed, has := cl.CommittedOffsets()[s.cfg.Topics.Mutations][p]
+	if has && committed.Offset > last {
+		return
+	}
+	s.m.offsetBehind.Inc()
+	s.log.Warn("the group's committed input offset is behind the changelog: its offsets were reset or deleted; "+
+		"mutations from there on will be decided again and skipped as duplicates",
+		"partition", p, "committed", committed.Offset, "committed_known", has, "last_version_source", last)
+}
+
+// lastSource is the highest source offset of the versions the store holds
+// for partition p.
+func (s *Sequencer) lastSource(p int32) (int64, bool, error) {
+	projects, err := s.cfg.Store.Projects(p)
+	if err != nil {
+		return 0, false, err
+	}
+	last, found := int64(-1), false
+	for _, pr := range projects {
+		branches, err := s.cfg.Store.Branches(pr.Org, pr.Project)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, b := range branches {
+			vs, err := s.cfg.Store.Versions(pr.Org, pr.Project, b.Name, b.Version, 1)
+			if err != nil {
+				return 0, false, err
+			}
+			if len(vs) == 1 && vs[0].Source.Offset > last {
+				last, found = vs[0].Source.Offset, true
+			}
+		}
+	}
+	return last, found, nil
 }
 
 // replay applies canon.versions[p] from offset `from` up to `end` (the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -264,16 +265,72 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	sctx, scancel = context.WithCancel(ctx)
 	defer scancel()
 	dir2 := filepath.Join(t.TempDir(), "store2")
-	_, st2, done2 := startSequencer(t, sctx, e, dir2)
-	defer func() { scancel(); <-done2; st2.Close() }()
+	seq2, st2, done2 := startSequencer(t, sctx, e, dir2)
+
 	e.push(t, put("acme", "roadmap", "alice", 13, "t2", `{"after":"restore"}`))
 	waitFor(t, ctx, "version 13 after the restore", func() (bool, error) {
 		h, err := st2.Head("acme", "roadmap", "main")
 		return h.Version == 13, err
 	})
+	// The restore found the group's committed offsets past the changelog's
+	// last source: nothing was reset.
+	if n := testutil.ToFloat64(seq2.m.offsetBehind); n != 0 {
+		t.Fatalf("restore reported the input offset behind %v times", n)
+	}
 	h, _ := st2.Head("acme", "budget", "main")
 	want, _ := mem.Head("acme", "budget", "main")
 	if h.State != want.State || h.Version != 10 {
 		t.Fatalf("restored budget head %d differs from the changelog", h.Version)
+	}
+	scancel()
+	if err := <-done2; err != nil {
+		t.Fatal(err)
+	}
+	st2.Close()
+
+	// The group's offsets are deleted (an operator's reset): a new instance
+	// consumes canon.mutations from the start again. The restore notices,
+	// and every mutation decided again is a duplicate: no new version.
+	adm := kadm.NewClient(e.cl)
+	resp, err := adm.DeleteOffsets(ctx, DefaultGroup, kadm.TopicsSet{e.names.Mutations: {0: {}, 1: {}, 2: {}}})
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel = context.WithCancel(ctx)
+	defer scancel()
+	seq3, st3, done3 := startSequencer(t, sctx, e, filepath.Join(t.TempDir(), "store3"))
+	defer func() { scancel(); <-done3; st3.Close() }()
+	e.push(t, put("acme", "budget", "bob", 11, "b", `{"after":"reset"}`))
+	waitFor(t, ctx, "version 11 of budget after the reset", func() (bool, error) {
+		h, err := st3.Head("acme", "budget", "main")
+		return h.Version == 11, err
+	})
+	if n := testutil.ToFloat64(seq3.m.offsetBehind); n == 0 {
+		t.Fatal("the restore did not notice the deleted group offsets")
+	}
+	if n := testutil.ToFloat64(seq3.m.outcomes.WithLabelValues("duplicate")); n < 20 {
+		t.Fatalf("%v mutations decided again as duplicates, want all 20+ earlier ones", n)
+	}
+	counts := map[string]int{}
+	for _, r := range readTopic(t, e.brokers, e.names.Versions) {
+		if header(r, schemas.HeaderSchema) != schemas.SchemaVersionV1 {
+			continue
+		}
+		v, err := schemas.DecodeVersion(schemas.SchemaVersionV1, r.Value, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[fmt.Sprintf("%s@%d", v.Project, v.Version)]++
+	}
+	for k, n := range counts {
+		if n != 1 {
+			t.Fatalf("version %s published %d times", k, n)
+		}
+	}
+	if len(counts) != 13+11 {
+		t.Fatalf("%d versions in the changelog, want 24", len(counts))
 	}
 }
