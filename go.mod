@@ -7,6 +7,7 @@ require (
 	github.com/PlakarKorp/go-cdc-chunkers v1.1.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/cockroachdb/pebble/v2 v2.1.7
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gowebpki/jcs v1.0.2
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2

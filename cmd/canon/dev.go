@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
 )
 
@@ -84,6 +86,17 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
+	keysPath := filepath.Join(data, "keys.json")
+	keys, err := devKeyset(keysPath)
+	if err != nil {
+		return err
+	}
+	devClaims := auth.Claims{Org: "dev", Projects: []string{"*"}, Scopes: []string{auth.ScopeAdmin}}
+	devClaims.Subject = "dev"
+	devToken, err := keys.Issue(devClaims, 30*24*time.Hour, time.Now())
+	if err != nil {
+		return err
+	}
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "\nCanon dev is running. Stop it with Ctrl-C; the next start reuses the data.\n\n")
 	fmt.Fprintf(w, "  data        %s\n", data)
@@ -93,6 +106,8 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	base := "http://" + n.httpLn.Addr().String()
 	fmt.Fprintf(w, "  health      %s/healthz  %s/readyz\n", base, base)
 	fmt.Fprintf(w, "  metrics     %s/metrics\n", base)
+	fmt.Fprintf(w, "  keys        %s (more tokens: canon token issue --keys %s …)\n", keysPath, keysPath)
+	fmt.Fprintf(w, "  dev token   %s\n              (org dev, all projects, admin, 30 days)\n", devToken)
 	log.Info("canon dev started", "version", versionString(), "http", n.httpLn.Addr().String(), "brokers", brokers)
 
 	// Every role, in one process.

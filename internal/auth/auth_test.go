@@ -1,0 +1,161 @@
+package auth
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func newKeyset(t *testing.T, ids ...string) *Keyset {
+	t.Helper()
+	k := NewKeyset()
+	for _, id := range ids {
+		if err := k.Generate(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+func claims() Claims {
+	c := Claims{Org: "acme", Projects: []string{"roadmap", "team-*"}, Scopes: []string{ScopeWrite}}
+	c.Subject = "user:alice"
+	return c
+}
+
+func TestIssueVerifyAllow(t *testing.T) {
+	k := newKeyset(t, "k1")
+	tok, err := k.Issue(claims(), time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := k.Verify(tok, now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Principal() != "user:alice" {
+		t.Fatalf("principal %q", c.Principal())
+	}
+	tests := []struct {
+		org, project, scope string
+		want                string // "" allowed, else part of the error
+	}{
+		{"acme", "roadmap", ScopeWrite, ""},
+		{"acme", "roadmap", ScopeRead, ""}, // write implies read
+		{"acme", "team-blue", ScopeWrite, ""},
+		{"acme", "roadmap", ScopeAdmin, "needs admin"},
+		{"acme", "budget", ScopeRead, `does not reach project "budget"`},
+		{"other", "roadmap", ScopeRead, `for org "acme", not "other"`},
+	}
+	for _, tt := range tests {
+		err := c.Allow(tt.org, tt.project, tt.scope)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%s/%s %s: %v", tt.org, tt.project, tt.scope, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s/%s %s: got %v, want forbidden: %s", tt.org, tt.project, tt.scope, err, tt.want)
+		}
+	}
+}
+
+func TestVerifyRefuses(t *testing.T) {
+	k := newKeyset(t, "k1")
+	other := newKeyset(t, "k1") // same kid, another key: a forgery
+	good, _ := k.Issue(claims(), time.Hour, now)
+	forged, _ := other.Issue(claims(), time.Hour, now)
+	unknownKid, _ := newKeyset(t, "k9").Issue(claims(), time.Hour, now)
+	parts := strings.Split(good, ".")
+	tampered := parts[0] + "." + strings.TrimRight(parts[1], "=") + "x." + parts[2]
+	for name, tc := range map[string]struct {
+		tok  string
+		at   time.Time
+		want error
+	}{
+		"expired":     {good, now.Add(2 * time.Hour), ErrExpired},
+		"forged":      {forged, now, ErrInvalidToken},
+		"unknown kid": {unknownKid, now, ErrInvalidToken},
+		"tampered":    {tampered, now, ErrInvalidToken},
+		"garbage":     {"not.a.token", now, ErrInvalidToken},
+		"empty":       {"", now, ErrNoToken},
+		"alg none":    {"eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJ4In0.", now, ErrInvalidToken},
+	} {
+		if _, err := k.Verify(tc.tok, tc.at); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", name, err, tc.want)
+		}
+	}
+}
+
+func TestRotation(t *testing.T) {
+	k := newKeyset(t, "2026-10")
+	old, _ := k.Issue(claims(), time.Hour, now)
+	if err := k.Generate("2026-11"); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := k.Issue(claims(), time.Hour, now)
+	// Both verify while both keys are active; the new key signs.
+	for _, tok := range []string{old, fresh} {
+		if _, err := k.Verify(tok, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(fresh, ".") || kidOf(t, k, fresh) != "2026-11" {
+		t.Fatalf("new tokens are not signed with the newest key")
+	}
+	if err := k.Remove("2026-10"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Verify(old, now); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a token of a removed key still verifies: %v", err)
+	}
+	// Saved and loaded, verify-only copies verify but cannot sign.
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := k.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadKeyset(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loaded.Verify(fresh, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loaded.VerifyOnly().Issue(claims(), time.Hour, now); err == nil {
+		t.Fatal("a verify-only keyset signed a token")
+	}
+}
+
+func kidOf(t *testing.T, k *Keyset, tok string) string {
+	t.Helper()
+	for _, id := range k.IDs() {
+		single := &Keyset{}
+		pub, _ := k.public(id)
+		single.keys = []Key{{ID: id, public: pub}}
+		if _, err := single.Verify(tok, now); err == nil {
+			return id
+		}
+	}
+	return ""
+}
+
+func TestClaimsValidate(t *testing.T) {
+	for name, mutate := range map[string]func(*Claims){
+		"no subject":  func(c *Claims) { c.Subject = "" },
+		"no org":      func(c *Claims) { c.Org = "" },
+		"no projects": func(c *Claims) { c.Projects = nil },
+		"bad pattern": func(c *Claims) { c.Projects = []string{"[x"} },
+		"bad scope":   func(c *Claims) { c.Scopes = []string{"root"} },
+	} {
+		c := claims()
+		mutate(&c)
+		if _, err := newKeyset(t, "k").Issue(c, time.Hour, now); err == nil {
+			t.Errorf("%s: issued", name)
+		}
+	}
+}
