@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -13,25 +15,52 @@ import (
 	"github.com/canon-sync/canon/store"
 )
 
-// restorePending restores every owned partition that needs it, with
-// fetching of its input partition paused meanwhile. It runs in the poll
-// loop, never in a rebalance callback: a restore may take long.
-func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) error {
-	ps := s.pendingRestores()
-	if len(ps) == 0 {
-		return nil
+// restorePending restores every owned partition that needs it. Fetching
+// of an input partition is paused from its first restore attempt until its
+// restore succeeds, so no poll returns its records before; the other
+// partitions go on meanwhile. A failed restore is tried again after
+// restoreRetry. It returns the partitions still waiting, and why the
+// attempts made now failed. It runs in the poll loop, never in a
+// rebalance callback: a restore may take long.
+func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting map[int32]bool, err error) {
+	pending := s.pendingRestores()
+	if len(pending) == 0 {
+		return nil, nil
 	}
-	paused := map[string][]int32{s.cfg.Topics.Mutations: ps}
-	cl.PauseFetchPartitions(paused)
-	defer cl.ResumeFetchPartitions(paused)
+	topic := s.cfg.Topics.Mutations
+	ps := slices.Sorted(maps.Keys(pending))
+	cl.PauseFetchPartitions(map[string][]int32{topic: ps})
+	waiting = map[int32]bool{}
+	var errs []error
 	for _, p := range ps {
-		if err := s.restore(ctx, cl, p); err != nil {
-			return fmt.Errorf("restore partition %d: %w", p, err)
+		if time.Now().Before(s.nextTry[p]) {
+			waiting[p] = true
+			continue
 		}
-		s.restored(p)
+		if err := s.restore(ctx, cl, p); err != nil {
+			waiting[p] = true
+			s.nextTry[p] = time.Now().Add(restoreRetry)
+			errs = append(errs, fmt.Errorf("restore partition %d: %w", p, err))
+			continue
+		}
+		delete(s.nextTry, p)
+		s.restored(p, pending[p])
+		cl.ResumeFetchPartitions(map[string][]int32{topic: {p}})
 	}
-	return nil
+	return waiting, errors.Join(errs...)
 }
+
+// errOpenTransaction means that canon.versions[p] holds records of a
+// transaction that has not ended. It is not this instance's (a restore
+// runs between its transactions), so it is a previous owner's: one that
+// lost the group after committing its input offsets in the transaction
+// (KIP-447 lets it commit after a rebalance: the new owner's offset fetch
+// waits for it), or one whose commit markers are still being written. Its
+// versions would be missing from a store restored up to the last stable
+// offset, and deciding over that store would publish their version
+// numbers twice. The restore waits until the transaction ends, at most the
+// transaction timeout.
+var errOpenTransaction = errors.New("a transaction on the changelog partition has not ended")
 
 // errUnexplained means the changelog cannot explain the local state: the
 // partition's local data is dropped and rebuilt.
@@ -51,12 +80,23 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	if err != nil {
 		return fmt.Errorf("list last stable offsets of %s: %w", topic, err)
 	}
+	// After the last stable offset: the high watermark, which is beyond
+	// it while a transaction is open.
+	highs, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
 	so, ok := starts.Lookup(topic, p)
 	eo, ok2 := ends.Lookup(topic, p)
-	if !ok || !ok2 || so.Err != nil || eo.Err != nil {
-		return fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err))
+	ho, ok3 := highs.Lookup(topic, p)
+	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
+		return fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
 	}
 	first, end := so.Offset, eo.Offset
+	if ho.Offset > end {
+		return fmt.Errorf("%w: %s[%d] has records up to offset %d, its last stable offset is %d",
+			errOpenTransaction, topic, p, ho.Offset, end)
+	}
 
 	from, stored, err := s.cfg.Store.Offset(p)
 	if err != nil {
@@ -91,36 +131,57 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	if err != nil {
 		return err
 	}
-	s.checkInputOffset(cl, p)
+	s.expectInputAfter(p)
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
 	s.log.Info("partition restored", "partition", p, "from", from, "to", end, "records", n, "bytes", bytes, "took", d)
 	return nil
 }
 
-// checkInputOffset compares the restored state with the group's committed
-// offset of the input partition. Versions and input offsets commit in the
-// same transactions, so the committed offset is past the source of the
-// last version; if it is not, the group's offsets were reset or deleted.
-// That loses nothing (the mutations are decided again and skipped as
-// duplicates) but is worth an operator's look.
-func (s *Sequencer) checkInputOffset(cl *kgo.Client, p int32) {
+// expectInputAfter notes, after a restore, the source offset of the last
+// version the store holds for p: checkInputOffsets compares it with the
+// first record then polled from p.
+//
+// The group's committed offset cannot be read here: the restore starts
+// when the partition is assigned, while the client may still be fetching
+// the committed offsets (franz-go calls OnPartitionsAssigned first), or
+// waiting for them to be stable.
+func (s *Sequencer) expectInputAfter(p int32) {
 	last, ok, err := s.lastSource(p)
 	if err != nil {
 		s.log.Warn("cannot read the last version's source offset", "partition", p, "err", err)
+	}
+	if err != nil || !ok {
+		delete(s.inputAfter, p)
 		return
 	}
-	if !ok {
+	s.inputAfter[p] = last
+}
+
+// checkInputOffsets compares the first record polled from each restored
+// partition with its restored state. Versions and input offsets commit in
+// the same transactions, so consumption resumes past the source of the
+// last version; if it does not, the group's offsets were reset or
+// deleted. That loses nothing (the mutations are decided again and
+// skipped as duplicates) but is worth an operator's look.
+func (s *Sequencer) checkInputOffsets(recs []*kgo.Record) {
+	if len(s.inputAfter) == 0 {
 		return
 	}
-	committed, has := cl.CommittedOffsets()[s.cfg.Topics.Mutations][p]
-	if has && committed.Offset > last {
-		return
+	for _, r := range recs {
+		last, ok := s.inputAfter[r.Partition]
+		if !ok {
+			continue
+		}
+		delete(s.inputAfter, r.Partition)
+		if r.Offset > last {
+			continue
+		}
+		s.m.offsetBehind.Inc()
+		s.log.Warn("the group's committed input offset is behind the changelog: its offsets were reset or deleted; "+
+			"mutations from there on will be decided again and skipped as duplicates",
+			"partition", r.Partition, "resumed_at", r.Offset, "last_version_source", last)
 	}
-	s.m.offsetBehind.Inc()
-	s.log.Warn("the group's committed input offset is behind the changelog: its offsets were reset or deleted; "+
-		"mutations from there on will be decided again and skipped as duplicates",
-		"partition", p, "committed", committed.Offset, "committed_known", has, "last_version_source", last)
 }
 
 // lastSource is the highest source offset of the versions the store holds
@@ -157,7 +218,7 @@ func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64) (recor
 	if from >= end {
 		return 0, 0, nil
 	}
-	opts, err := s.cfg.Kafka.Opts()
+	opts, err := s.cfg.Kafka.Aux("restore").Opts()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -31,11 +32,23 @@ type Sequencer struct {
 	partitions         int32
 	rejectedPartitions int32
 
-	mu          sync.Mutex
-	owned       map[int32]bool     // assigned partitions of canon.mutations
-	needRestore map[int32]bool     // owned and not restored since assignment or since a doubt
+	mu    sync.Mutex
+	owned map[int32]bool // assigned partitions of canon.mutations
+	// needRestore holds the owned partitions not restored since their
+	// assignment or since a doubt, with the mark's generation: a restore
+	// that ends after a newer mark (revoked and assigned again meanwhile)
+	// does not clear it.
+	needRestore map[int32]uint64
+	markGen     uint64
 	wake        context.CancelFunc // interrupts the current poll, so that new partitions are restored at once
+	joined      bool               // the session got its first assignment (possibly empty)
 	running     atomic.Bool
+
+	// Used by the poll loop only: when a partition whose restore failed
+	// is tried again, and the source offset of the last restored version
+	// of a partition whose first record was not polled yet.
+	nextTry    map[int32]time.Time
+	inputAfter map[int32]int64
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -50,7 +63,9 @@ func New(cfg Config) (*Sequencer, error) {
 		m:           newMetrics(cfg.Registerer),
 		decider:     model.NewDecider(cfg.Store, cfg.Registry, cfg.Limits),
 		owned:       map[int32]bool{},
-		needRestore: map[int32]bool{},
+		needRestore: map[int32]uint64{},
+		nextTry:     map[int32]time.Time{},
+		inputAfter:  map[int32]int64{},
 	}, nil
 }
 
@@ -62,6 +77,9 @@ func (s *Sequencer) Ready(context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.joined {
+		return fmt.Errorf("joining group %s", s.cfg.Group)
+	}
 	if len(s.needRestore) > 0 {
 		ps := make([]int32, 0, len(s.needRestore))
 		for p := range s.needRestore {
@@ -104,7 +122,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 }
 
 func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
-	opts, err := s.cfg.Kafka.Opts()
+	opts, err := s.cfg.Kafka.Aux("metadata").Opts()
 	if err != nil {
 		return err
 	}
@@ -152,9 +170,10 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.joined = true // called after every join, even with nothing new
 	for _, p := range assigned[s.cfg.Topics.Mutations] {
 		s.owned[p] = true
-		s.needRestore[p] = true
+		s.markRestoreLocked(p)
 	}
 	s.m.ownedPartitions.Set(float64(len(s.owned)))
 	s.m.restoring.Set(float64(len(s.needRestore)))
@@ -164,9 +183,17 @@ func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 	}
 }
 
-// poll waits for records; an assignment interrupts it.
+// restoreRetry is how long a partition whose restore failed waits before
+// the next attempt, and so how long a poll waits while one does.
+const restoreRetry = time.Second
+
+// poll waits for records; an assignment interrupts it, and it returns
+// after restoreRetry while a partition waits for its restore.
 func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession) kgo.Fetches {
 	pctx, cancel := context.WithCancel(ctx)
+	if len(s.pendingRestores()) > 0 {
+		pctx, cancel = context.WithTimeout(ctx, restoreRetry)
+	}
 	defer cancel()
 	s.mu.Lock()
 	s.wake = cancel
@@ -192,32 +219,45 @@ func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[stri
 	}
 }
 
-// restoreAllOwned marks every owned partition for restore: after a doubt
-// about what reached Kafka, the store catches up from the changelog.
-func (s *Sequencer) restoreAllOwned() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for p := range s.owned {
-		s.needRestore[p] = true
-	}
+// markRestoreLocked marks an owned partition for restore; s.mu is held.
+func (s *Sequencer) markRestoreLocked(p int32) {
+	s.markGen++
+	s.needRestore[p] = s.markGen
 	s.m.restoring.Set(float64(len(s.needRestore)))
 }
 
-func (s *Sequencer) pendingRestores() []int32 {
+// dropOwnership forgets every partition when a session ends: the next
+// session is a new group member, and each partition it gets is assigned,
+// and so restored, anew. Keeping the old ones would restore partitions
+// that other instances now own.
+func (s *Sequencer) dropOwnership() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ps := make([]int32, 0, len(s.needRestore))
-	for p := range s.needRestore {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return ps
+	clear(s.owned)
+	clear(s.needRestore)
+	clear(s.nextTry)
+	clear(s.inputAfter)
+	s.joined = false
+	s.m.ownedPartitions.Set(0)
+	s.m.restoring.Set(0)
 }
 
-func (s *Sequencer) restored(p int32) {
+// pendingRestores returns the partitions that need a restore, with the
+// generation of their mark.
+func (s *Sequencer) pendingRestores() map[int32]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.needRestore, p)
+	return maps.Clone(s.needRestore)
+}
+
+// restored clears a partition's mark unless it was marked again since
+// the restore began.
+func (s *Sequencer) restored(p int32, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.needRestore[p] == gen {
+		delete(s.needRestore, p)
+	}
 	s.m.restoring.Set(float64(len(s.needRestore)))
 }
 
@@ -252,8 +292,8 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// Whatever this session decided but did not commit is gone; the
 		// next one starts from the changelog.
 		s.decider.Reset()
-		s.restoreAllOwned()
 		sess.Close()
+		s.dropOwnership()
 	}()
 	s.log.Info("sequencer joining group", "group", s.cfg.Group, "topic", s.cfg.Topics.Mutations)
 
@@ -263,25 +303,26 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 			return ctx.Err()
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if err := s.restorePending(ctx, sess.Client()); err != nil {
-			// Deciding without a restored store could publish a version
-			// twice: abort, which rewinds the consumed offsets, and retry.
-			s.log.Error("restore failed; retrying", "err", err)
+		waiting, err := s.restorePending(ctx, sess.Client())
+		if err != nil {
+			s.log.Warn("restore not complete; the partitions wait, paused, and are tried again",
+				"partitions", slices.Sorted(maps.Keys(waiting)), "retry_in", restoreRetry, "err", err)
+		}
+		recs := fetches.Records()
+		if slices.ContainsFunc(recs, func(r *kgo.Record) bool { return waiting[r.Partition] }) {
+			// Records of a partition that is not restored were fetched
+			// before it was paused: deciding them could publish a version
+			// twice. Abort, which rewinds the consumed offsets; the
+			// others are polled again at once.
 			if _, aerr := s.abort(ctx, sess); aerr != nil {
 				return aerr
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
-			}
 			continue
 		}
-		recs := fetches.Records()
 		if len(recs) == 0 {
 			continue
 		}
@@ -343,6 +384,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	outcomes := map[string]int{}
 	decided := 0
 	for len(recs) > 0 && decideErr == nil {
+		s.checkInputOffsets(recs)
 		for _, r := range recs {
 			outcome, err := s.handle(ctx, sess, b, r)
 			if err != nil {
@@ -352,7 +394,9 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 			outcomes[outcome]++
 		}
 		decided += len(recs)
-		recs = s.more(ctx, sess, decided, start)
+		if decideErr == nil {
+			recs, decideErr = s.more(ctx, sess, decided, start)
+		}
 	}
 	b.mu.Lock()
 	perr := b.produceErr
@@ -375,6 +419,8 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	if !committed {
 		cause := "rebalance"
 		switch {
+		case errors.Is(decideErr, errRestorePending):
+			s.log.Info("transaction aborted: new partitions came into the batch before their restore")
 		case decideErr != nil:
 			cause = "error"
 			s.log.Error("decide failed; transaction aborted, records will be decided again", "err", decideErr)
@@ -412,7 +458,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 			s.log.Error("apply committed records to the store; partition will be restored", "partition", p, "err", err)
 			s.mu.Lock()
 			if s.owned[p] {
-				s.needRestore[p] = true
+				s.markRestoreLocked(p)
 			}
 			s.mu.Unlock()
 		}
@@ -425,16 +471,29 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 // fetched, never waiting for new ones, while the batch is under
 // MaxBatchRecords and MaxBatchDuration and no partition waits for a
 // restore (its records must not be decided before it).
-func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time) []*kgo.Record {
+func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time) ([]*kgo.Record, error) {
 	left := s.cfg.MaxBatchRecords - decided
 	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration || sess.Client().BufferedFetchRecords() == 0 {
-		return nil
+		return nil, nil
 	}
 	if len(s.pendingRestores()) > 0 {
-		return nil
+		return nil, nil
 	}
-	return sess.PollRecords(ctx, left).Records()
+	recs := sess.PollRecords(ctx, left).Records()
+	// An assignment may have come between the check above and the poll:
+	// records of a partition that is not restored must not be decided.
+	pending := s.pendingRestores()
+	for _, r := range recs {
+		if _, ok := pending[r.Partition]; ok {
+			return nil, errRestorePending
+		}
+	}
+	return recs, nil
 }
+
+// errRestorePending aborts a transaction whose batch reached a partition
+// that waits for its restore; its records are polled again afterwards.
+var errRestorePending = errors.New("a partition of the batch waits for its restore")
 
 // handle decides one input record and produces what follows from it. It
 // returns the outcome's name for the metrics; an error only for a store

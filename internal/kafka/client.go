@@ -26,6 +26,16 @@ type ClientConfig struct {
 	Registerer prometheus.Registerer
 }
 
+// Aux returns the config for a short-lived helper client of a component
+// (a restore reader, a metadata lookup): its own client id and no metrics,
+// since kprom registers one set of collectors per client id and two live
+// clients with one id would collide.
+func (c ClientConfig) Aux(purpose string) ClientConfig {
+	c.ClientID += "-" + purpose
+	c.Registerer = nil
+	return c
+}
+
 // Opts returns the kgo options for cfg, to which a component adds its own.
 func (c ClientConfig) Opts() ([]kgo.Opt, error) {
 	if len(c.Brokers) == 0 {

@@ -1,0 +1,1070 @@
+package sequencer
+
+// The harness of the integration tests on a real broker: Canon's topics
+// under a unique prefix, `canon serve --roles sequencer` processes, a load
+// generator of many clients, a reader that follows canon.versions, and the
+// checks of the exactly-once invariants on the changelog and the stores.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// Timeouts of the failure tests: a session and a transaction timeout short
+// enough that a stopped or killed instance is replaced in seconds (the
+// hidden flags of `canon serve`), and the poll interval of every wait.
+const (
+	itSessionTimeout = 3 * time.Second
+	itTxnTimeout     = 8 * time.Second
+	itPoll           = 25 * time.Millisecond
+)
+
+// canonBinary is the `canon` binary, built once per test process.
+var canonBinary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func buildCanon(t testing.TB) string {
+	t.Helper()
+	canonBinary.once.Do(func() {
+		canonBinary.dir, canonBinary.err = os.MkdirTemp("", "canon-sequencer-test-")
+		if canonBinary.err != nil {
+			return
+		}
+		canonBinary.path = filepath.Join(canonBinary.dir, "canon")
+		out, err := exec.Command("go", "build", "-o", canonBinary.path, "github.com/canon-sync/canon/cmd/canon").CombinedOutput()
+		if err != nil {
+			canonBinary.err = fmt.Errorf("go build ./cmd/canon: %w\n%s", err, out)
+		}
+	})
+	if canonBinary.err != nil {
+		t.Fatal(canonBinary.err)
+	}
+	return canonBinary.path
+}
+
+// waitUntil polls cond every itPoll until it holds, fails, or ctx ends.
+func waitUntil(t testing.TB, ctx context.Context, what string, cond func() (bool, error)) {
+	t.Helper()
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(itPoll):
+		}
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// topicsEnv is a set of Canon's topics under a unique prefix, with a
+// client that produces raw records.
+type topicsEnv struct {
+	brokers []string
+	prefix  string
+	names   kafka.TopicNames
+	parts   int32
+	cl      *kgo.Client
+}
+
+func newTopicsEnv(t testing.TB, brokers []string, parts int32) *topicsEnv {
+	t.Helper()
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, t.Name())
+	e := &topicsEnv{brokers: brokers, prefix: fmt.Sprintf("%.60s.%s.", name, randHex(4)), parts: parts}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		// A record of 900 KB or 2.5 MB must fit a batch.
+		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
+		kgo.MaxBufferedRecords(100_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	e.cl = cl
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{Names: kafka.DefaultTopicNames().WithPrefix(e.prefix), Partitions: parts}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.names = info.Names
+	return e
+}
+
+// mutationRecord is how the ingest produces a mutation: keyed by the
+// project, on Java's partition for that key, with the schema header.
+func (e *topicsEnv) mutationRecord(t testing.TB, m *schemas.Mutation) *kgo.Record {
+	t.Helper()
+	v, err := schemas.EncodeMutation(m, schemas.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := schemas.ProjectKey(m.Org, m.Project)
+	return &kgo.Record{Topic: e.names.Mutations, Key: key, Value: v, Partition: schemas.Partition(key, e.parts),
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}}
+}
+
+// produceSync produces records one after the other; each gets its
+// offset.
+func (e *topicsEnv) produceSync(t testing.TB, rs ...*kgo.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range rs {
+		if r.Topic == "" {
+			r.Topic = e.names.Mutations
+		}
+		if err := e.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce to %s[%d]: %v", r.Topic, r.Partition, err)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------
+// Sequencer processes
+
+// seqProc is one `canon serve --roles sequencer` process, restartable on
+// the same data directory. Its output goes to a log file whose tail is
+// printed when the test fails.
+type seqProc struct {
+	t       *testing.T
+	name    string
+	bin     string
+	args    []string
+	data    string
+	logPath string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	exitErr error
+	http    string
+	logFrom int64 // size of the log when the current run started
+}
+
+var httpAddrLine = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
+
+func newSeqProc(t *testing.T, e *topicsEnv, name string, extra ...string) *seqProc {
+	t.Helper()
+	dir := t.TempDir()
+	if os.Getenv(testenv.EnvKeep) == "1" {
+		// Kept for inspection, like testenv's servers.
+		var err error
+		if dir, err = os.MkdirTemp("", "canon-seq-"+name+"-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("sequencer %s keeps its data and log in %s", name, dir)
+	}
+	p := &seqProc{
+		t:       t,
+		name:    name,
+		bin:     buildCanon(t),
+		data:    filepath.Join(dir, "data"),
+		logPath: filepath.Join(dir, name+".log"),
+	}
+	p.args = append([]string{"serve", "--roles", "sequencer",
+		"--brokers", strings.Join(e.brokers, ","),
+		"--topic-prefix", e.prefix,
+		"--partitions", strconv.Itoa(int(e.parts)),
+		"--data", p.data,
+		"--http", "127.0.0.1:0",
+		"--session-timeout", itSessionTimeout.String(),
+		"--transaction-timeout", itTxnTimeout.String(),
+	}, extra...)
+	t.Cleanup(func() {
+		p.signal(syscall.SIGCONT)
+		p.signal(syscall.SIGKILL)
+		p.wait(30 * time.Second)
+		if t.Failed() {
+			t.Logf("last lines of sequencer %s (%s):\n%s", p.name, p.logPath, tailOf(p.logPath, 80))
+		}
+	})
+	return p
+}
+
+// start runs the process and waits until it serves HTTP.
+func (p *seqProc) start(ctx context.Context) {
+	p.t.Helper()
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	st, _ := logf.Stat()
+	fmt.Fprintf(logf, "=== test: starting %s at %s\n", p.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		p.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.exitErr, p.http, p.logFrom = cmd, done, nil, "", st.Size()
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.exitErr = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	waitUntil(p.t, ctx, p.name+" serving HTTP", func() (bool, error) {
+		if p.exited() {
+			return false, fmt.Errorf("%s exited: %v", p.name, p.exitError())
+		}
+		m := httpAddrLine.FindStringSubmatch(p.currentLog())
+		if m == nil {
+			return false, nil
+		}
+		p.mu.Lock()
+		p.http = m[1]
+		p.mu.Unlock()
+		return true, nil
+	})
+}
+
+// currentLog is the log of the current run.
+func (p *seqProc) currentLog() string {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	p.mu.Lock()
+	from := p.logFrom
+	p.mu.Unlock()
+	b, _ := io.ReadAll(io.NewSectionReader(f, from, 1<<40))
+	return string(b)
+}
+
+func (p *seqProc) exited() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *seqProc) exitError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitErr
+}
+
+func (p *seqProc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd != nil && !p.exited() {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+func (p *seqProc) wait(d time.Duration) bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// stop ends the process with SIGTERM and expects a clean exit: it leaves
+// the group and closes its store.
+func (p *seqProc) stop() {
+	p.t.Helper()
+	p.signal(syscall.SIGTERM)
+	if !p.wait(60 * time.Second) {
+		p.t.Fatalf("%s did not stop within 60s of SIGTERM", p.name)
+	}
+	if err := p.exitError(); err != nil {
+		p.t.Fatalf("%s exited with %v after SIGTERM", p.name, err)
+	}
+}
+
+// kill ends the process with SIGKILL, as a crash would.
+func (p *seqProc) kill() {
+	p.t.Helper()
+	p.signal(syscall.SIGKILL)
+	if !p.wait(30 * time.Second) {
+		p.t.Fatalf("%s survived SIGKILL", p.name)
+	}
+}
+
+func (p *seqProc) get(path string) (int, []byte, error) {
+	p.mu.Lock()
+	addr := p.http
+	p.mu.Unlock()
+	if addr == "" || p.exited() {
+		return 0, nil, fmt.Errorf("%s is not running", p.name)
+	}
+	cl := http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get("http://" + addr + path)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// ready reports /readyz: Kafka answers and every owned partition is
+// restored.
+func (p *seqProc) ready() bool {
+	code, _, err := p.get("/readyz")
+	return err == nil && code == http.StatusOK
+}
+
+// metric sums the samples of a metric family from /metrics; an
+// unreachable process or a missing family is an error.
+func (p *seqProc) metric(name string) (float64, error) {
+	code, body, err := p.get("/metrics")
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("/metrics of %s: status %d", p.name, code)
+	}
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		series, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if base, _, _ := strings.Cut(series, "{"); base != name {
+			continue
+		}
+		found = true
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: %w", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, fmt.Errorf("%s has no metric %s", p.name, name)
+	}
+	return sum, nil
+}
+
+// owned is canon_sequencer_owned_partitions, or -1 while unreachable.
+func (p *seqProc) owned() float64 {
+	v, err := p.metric("canon_sequencer_owned_partitions")
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+var partitionsLine = regexp.MustCompile(`msg="partitions (assigned|revoked)".* partitions="?\[([0-9 ]*)\]`)
+
+// ownedFromLog replays the current run's "partitions assigned/revoked"
+// lines: the partitions the instance owned when it logged its last one.
+func (p *seqProc) ownedFromLog() []int32 {
+	owned := map[int32]bool{}
+	for _, m := range partitionsLine.FindAllStringSubmatch(p.currentLog(), -1) {
+		for _, f := range strings.Fields(m[2]) {
+			n, _ := strconv.Atoi(f)
+			if m[1] == "assigned" {
+				owned[int32(n)] = true
+			} else {
+				delete(owned, int32(n))
+			}
+		}
+	}
+	var out []int32
+	for q := range owned {
+		out = append(out, q)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// revocations counts the "partitions revoked" lines of the current run.
+func (p *seqProc) revocations() int {
+	return strings.Count(p.currentLog(), `msg="partitions revoked"`)
+}
+
+// waitRejoined waits, after a SIGCONT, until the process has noticed it
+// lost its partitions (more "partitions revoked" lines than before: it
+// was fenced out of the group) and owns partitions again.
+func (p *seqProc) waitRejoined(ctx context.Context, before int) {
+	p.t.Helper()
+	waitUntil(p.t, ctx, p.name+" losing its partitions and owning partitions again", func() (bool, error) {
+		return p.revocations() > before && p.owned() > 0, nil
+	})
+}
+
+// checkLog fails the test on a panic or a data race in the process log.
+func (p *seqProc) checkLog() {
+	p.t.Helper()
+	b, _ := os.ReadFile(p.logPath)
+	for _, bad := range []string{"panic:", "WARNING: DATA RACE", "fatal error:"} {
+		if bytes.Contains(b, []byte(bad)) {
+			p.t.Errorf("%s logged %q", p.name, bad)
+		}
+	}
+}
+
+func tailOf(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ---------------------------------------------------------------------
+// Load generator
+
+// mutKey names one mutation of a client (branch main, org acme).
+type mutKey struct {
+	project, client string
+	id              uint64
+}
+
+// genItem is what a client knows of one of its own items: it is their
+// only writer, so it can predict every outcome.
+type genItem struct {
+	id      string
+	textLen int
+}
+
+type genClient struct {
+	name, project string
+	items         []genItem
+	nextItem      int
+}
+
+// loadGen produces the mutations of many clients, each bound to one
+// project and sending ids 1..rounds in order. It never runs ahead of what
+// the test allows, nor more than window mutations ahead of the changelog.
+type loadGen struct {
+	t       *testing.T
+	e       *topicsEnv
+	clients []*genClient
+	rounds  int
+	window  int64
+	rng     *mrand.Rand
+
+	mu     sync.Mutex
+	expect map[mutKey]string // status: applied or error
+	allow  int64
+	perr   error
+
+	produced atomic.Int64
+	acked    atomic.Int64
+	done     chan struct{}
+}
+
+func newLoadGen(t *testing.T, e *topicsEnv, projects, clients, rounds int, seed uint64) *loadGen {
+	g := &loadGen{t: t, e: e, rounds: rounds, window: 400, rng: mrand.New(mrand.NewPCG(seed, 0x5eed)),
+		expect: map[mutKey]string{}, done: make(chan struct{})}
+	for i := range clients {
+		g.clients = append(g.clients, &genClient{name: fmt.Sprintf("c%03d", i), project: fmt.Sprintf("p%02d", i%projects)})
+	}
+	t.Logf("load: %d clients on %d projects, %d mutations each (seed %d)", clients, projects, rounds, seed)
+	return g
+}
+
+func (g *loadGen) total() int64 { return int64(len(g.clients) * g.rounds) }
+
+// allowUpTo lets the generator produce up to a fraction of the total.
+func (g *loadGen) allowUpTo(frac float64) {
+	g.mu.Lock()
+	g.allow = max(g.allow, int64(frac*float64(g.total())))
+	g.mu.Unlock()
+}
+
+// waitProduced waits until a fraction of the total is acknowledged.
+func (g *loadGen) waitProduced(ctx context.Context, frac float64) {
+	g.t.Helper()
+	n := int64(frac * float64(g.total()))
+	waitUntil(g.t, ctx, fmt.Sprintf("%d mutations produced", n), func() (bool, error) {
+		g.mu.Lock()
+		err := g.perr
+		g.mu.Unlock()
+		return g.acked.Load() >= n, err
+	})
+}
+
+// run produces every mutation, paced by allow and the window.
+func (g *loadGen) run(ctx context.Context, decided func() int64) {
+	defer close(g.done)
+	for round := 1; round <= g.rounds; round++ {
+		for _, c := range g.clients {
+			for {
+				g.mu.Lock()
+				allow := g.allow
+				g.mu.Unlock()
+				n := g.produced.Load()
+				if n < allow && n-decided() < g.window {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(itPoll):
+				}
+			}
+			m, status := g.next(c, uint64(round))
+			g.mu.Lock()
+			g.expect[mutKey{c.project, c.name, uint64(round)}] = status
+			g.mu.Unlock()
+			rec := g.e.mutationRecord(g.t, m)
+			g.produced.Add(1)
+			g.e.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
+				if err != nil {
+					g.mu.Lock()
+					if g.perr == nil {
+						g.perr = fmt.Errorf("produce mutation of %s: %w", r.Key, err)
+					}
+					g.mu.Unlock()
+					return
+				}
+				g.acked.Add(1)
+			})
+		}
+	}
+}
+
+// next makes mutation id of client c and says its expected status.
+func (g *loadGen) next(c *genClient, id uint64) (*schemas.Mutation, string) {
+	m := &schemas.Mutation{Org: "acme", Project: c.project, Branch: "main", ClientGroup: "g-" + c.name, Client: c.name,
+		ID: id, TS: time.Now().UnixMilli()}
+	set := func(name string, args any) {
+		b, err := json.Marshal(args)
+		if err != nil {
+			panic(err)
+		}
+		m.Name, m.Args = name, b
+	}
+	r := g.rng.IntN(100)
+	switch {
+	case len(c.items) == 0 || r < 20:
+		// A new item, or a whole new body for an existing one; a few
+		// bodies are large enough for several chunks.
+		text := g.text(5 + g.rng.IntN(30))
+		data := map[string]any{"title": "task " + strconv.FormatUint(id, 10), "text": text, "n": id}
+		if g.rng.IntN(10) == 0 {
+			data["pad"] = g.text(8000 + g.rng.IntN(12000))
+		}
+		var it *genItem
+		if len(c.items) < 6 || g.rng.IntN(2) == 0 {
+			c.nextItem++
+			c.items = append(c.items, genItem{id: fmt.Sprintf("%s-%d", c.name, c.nextItem)})
+			it = &c.items[len(c.items)-1]
+		} else {
+			it = &c.items[g.rng.IntN(len(c.items))]
+		}
+		it.textLen = len(text)
+		set("item.put", map[string]any{"collection": "tasks", "id": it.id, "meta": map[string]any{"owner": c.name}, "data": data})
+	case r < 27:
+		// Deliberately bad: the outcome is an error, and still a version.
+		switch g.rng.IntN(3) {
+		case 0:
+			set("item.patch", map[string]any{"collection": "tasks", "id": c.name + "-missing", "data": map[string]any{"x": 1}})
+		case 1:
+			set("no.such.mutator", map[string]any{"x": 1})
+		default:
+			set("item.put", map[string]any{"collection": "tasks", "id": c.name + "-bad", "data": 1, "typo": true})
+		}
+		return m, schemas.StatusError
+	case r < 50:
+		it := c.items[g.rng.IntN(len(c.items))]
+		set("item.patch", map[string]any{"collection": "tasks", "id": it.id, "data": map[string]any{"n": id, "done": id%2 == 0, "title": nil}})
+	case r < 75:
+		it := &c.items[g.rng.IntN(len(c.items))]
+		index := g.rng.IntN(it.textLen + 1)
+		del := min(g.rng.IntN(4), it.textLen-index)
+		ins := g.text(g.rng.IntN(6))
+		it.textLen += len(ins) - del
+		set("item.splice", map[string]any{"collection": "tasks", "id": it.id, "path": "/text", "index": index, "delete": del, "insert": ins})
+	case r < 80 && len(c.items) > 1:
+		i := g.rng.IntN(len(c.items))
+		set("item.delete", map[string]any{"collection": "tasks", "id": c.items[i].id})
+		c.items = slices.Delete(c.items, i, i+1)
+	default:
+		set("project.set", map[string]any{"s_" + c.name: id})
+	}
+	return m, schemas.StatusApplied
+}
+
+func (g *loadGen) text(n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = letters[g.rng.IntN(len(letters))]
+	}
+	return string(b)
+}
+
+// expected returns what the generator produced and expects.
+func (g *loadGen) expected() map[mutKey]string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[mutKey]string, len(g.expect))
+	for k, v := range g.expect {
+		out[k] = v
+	}
+	return out
+}
+
+// startLoad runs the generator against a changelog reader, and waits for
+// it to end when the test does.
+func startLoad(t *testing.T, ctx context.Context, g *loadGen, cl *changelog) {
+	lctx, cancel := context.WithCancel(ctx)
+	go g.run(lctx, cl.outcomes)
+	t.Cleanup(func() { cancel(); <-g.done })
+}
+
+// waitAllDecided waits until every mutation is produced and its outcome
+// is in the changelog.
+func waitAllDecided(t *testing.T, ctx context.Context, g *loadGen, cl *changelog) {
+	t.Helper()
+	g.allowUpTo(1)
+	g.waitProduced(ctx, 1)
+	n := g.total()
+	waitUntil(t, ctx, fmt.Sprintf("the outcomes of all %d mutations in the changelog", n), func() (bool, error) {
+		return cl.outcomes() >= n, nil
+	})
+}
+
+// ---------------------------------------------------------------------
+// The changelog
+
+// changelog follows canon.versions from the start, read_committed, and
+// keeps every record in offset order per partition.
+type changelog struct {
+	t     *testing.T
+	e     *topicsEnv
+	mu    sync.Mutex
+	recs  map[int32][]*kgo.Record // data records
+	next  map[int32]int64         // next offset, control records included
+	count int64                   // mutation outcomes seen
+	err   error
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+func followChangelog(t *testing.T, e *topicsEnv) *changelog {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(e.names.Versions),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.KeepControlRecords(), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &changelog{t: t, e: e, recs: map[int32][]*kgo.Record{}, next: map[int32]int64{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer cl.Close()
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			c.mu.Lock()
+			fs.EachRecord(func(r *kgo.Record) {
+				c.next[r.Partition] = r.Offset + 1
+				if r.Attrs.IsControl() {
+					return
+				}
+				c.recs[r.Partition] = append(c.recs[r.Partition], r)
+				if header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 {
+					v, err := schemas.DecodeVersion(schemas.SchemaVersionV1, r.Value, schemas.DefaultLimits())
+					if err != nil {
+						c.err = errors.Join(c.err, fmt.Errorf("version at %d@%d: %w", r.Partition, r.Offset, err))
+						return
+					}
+					c.count += int64(len(v.Mutations))
+				}
+			})
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+// outcomes is how many mutation outcomes the changelog holds so far.
+func (c *changelog) outcomes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count
+}
+
+// catchUp waits until the reader has read every partition up to its last
+// stable offset as it is now.
+func (c *changelog) catchUp(ctx context.Context) {
+	c.t.Helper()
+	ends, err := kadm.NewClient(c.e.cl).ListCommittedOffsets(ctx, c.e.names.Versions)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	waitUntil(c.t, ctx, "the changelog read up to its last stable offsets", func() (bool, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		caught := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if c.next[o.Partition] < o.Offset {
+				caught = false
+			}
+		})
+		return caught, c.err
+	})
+}
+
+// branchRef names a branch of a project of org acme.
+type branchRef struct{ project, branch string }
+
+// history is the changelog checked and replayed.
+type history struct {
+	mem      *model.MemState
+	versions map[branchRef][]*schemas.Version // versions[b][i] is version i+1
+}
+
+// check verifies the exactly-once invariants on everything read so far
+// and replays it into the reference model:
+//   - every record is on its key's partition, keyed by its project;
+//   - per (project, branch), versions are contiguous from 1: no version
+//     twice, none missing, so never two payloads for one version;
+//   - every expected mutation appears exactly once, with the expected
+//     status, and nothing else appears;
+//   - each client's ids follow each other in changelog order;
+//   - the model accepts every version (it recomputes every state hash),
+//     and its heads are the last version records.
+func (c *changelog) check(expect map[mutKey]string) *history {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		c.t.Fatal(c.err)
+	}
+	h := &history{mem: model.NewMemState(), versions: map[branchRef][]*schemas.Version{}}
+	seen := map[mutKey]int{}
+	lastID := map[string]uint64{}
+	errs := 0
+	fail := func(format string, args ...any) {
+		c.t.Helper()
+		errs++
+		if errs <= 20 {
+			c.t.Errorf(format, args...)
+		}
+	}
+	var parts []int32
+	for p := range c.recs {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	versions := 0
+	for _, p := range parts {
+		var chunks []schemas.Chunk
+		for _, r := range c.recs[p] {
+			if want := schemas.Partition(r.Key, c.e.parts); want != p {
+				fail("record %d@%d keyed %q belongs to partition %d", p, r.Offset, r.Key, want)
+			}
+			switch schema := header(r, schemas.HeaderSchema); schema {
+			case schemas.SchemaChunkV1:
+				ch, err := schemas.DecodeChunk(schema, header(r, schemas.HeaderChunkHash), r.Key, r.Value, schemas.DefaultLimits())
+				if err != nil {
+					fail("chunk at %d@%d: %v", p, r.Offset, err)
+					continue
+				}
+				chunks = append(chunks, *ch)
+			case schemas.SchemaVersionV1:
+				versions++
+				v, err := schemas.DecodeVersion(schema, r.Value, schemas.DefaultLimits())
+				if err != nil {
+					fail("version at %d@%d: %v", p, r.Offset, err)
+					continue
+				}
+				if !bytes.Equal(r.Key, schemas.ProjectKey(v.Org, v.Project)) {
+					fail("version %d of %s/%s keyed %q", v.Version, v.Org, v.Project, r.Key)
+				}
+				b := branchRef{v.Project, v.Branch}
+				if n := uint64(len(h.versions[b])); v.Version != n+1 {
+					fail("%s@%s: version %d at %d@%d follows version %d (published twice or out of order)", b.project, b.branch, v.Version, p, r.Offset, n)
+				}
+				h.versions[b] = append(h.versions[b], v)
+				if err := h.mem.Apply(v, chunks); err != nil {
+					fail("replay of %d@%d: %v", p, r.Offset, err)
+				}
+				chunks = nil
+				for _, o := range v.Mutations {
+					k := mutKey{v.Project, o.Client, o.ID}
+					seen[k]++
+					if want, ok := expect[k]; ok && want != o.Status {
+						fail("mutation %s/%s#%d: status %s (%s), want %s", k.project, k.client, k.id, o.Status, o.Error, want)
+					}
+					ck := v.Project + "/" + v.Branch + "/" + o.Client
+					if o.ID <= lastID[ck] {
+						fail("client %s: id %d after %d in version %d", ck, o.ID, lastID[ck], v.Version)
+					}
+					lastID[ck] = o.ID
+				}
+			default:
+				fail("record of schema %q at %d@%d in the changelog", schema, p, r.Offset)
+			}
+		}
+		if len(chunks) > 0 {
+			fail("partition %d ends with %d chunks of no version", p, len(chunks))
+		}
+	}
+	for k, n := range seen {
+		if _, ok := expect[k]; !ok {
+			fail("mutation %s/%s#%d in the changelog was never produced", k.project, k.client, k.id)
+		} else if n != 1 {
+			fail("mutation %s/%s#%d appears %d times", k.project, k.client, k.id, n)
+		}
+	}
+	missing := 0
+	for k := range expect {
+		if seen[k] == 0 {
+			missing++
+			if missing <= 5 {
+				fail("mutation %s/%s#%d is in no version", k.project, k.client, k.id)
+			}
+		}
+	}
+	for b, vs := range h.versions {
+		head, err := h.mem.Head("acme", b.project, b.branch)
+		last := vs[len(vs)-1]
+		if err != nil || head.Version != last.Version || stateHash(head) != last.StateHash {
+			fail("%s@%s: the replay's head %d (%v) is not the last version %d (%s)", b.project, b.branch, head.Version, err, last.Version, last.StateHash)
+		}
+	}
+	if errs > 20 {
+		c.t.Errorf("... %d errors in all", errs)
+	}
+	if errs > 0 {
+		c.t.FailNow()
+	}
+	c.t.Logf("changelog: %d versions of %d branches, %d mutations, %d records", versions, len(h.versions), len(seen), c.recordCount())
+	return h
+}
+
+// stateHash is a head's state hash; "" if it cannot be computed.
+func stateHash(h model.Head) string {
+	s, err := h.State.StateHash(h.Scalars)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+func (c *changelog) recordCount() int {
+	n := 0
+	for _, rs := range c.recs {
+		n += len(rs)
+	}
+	return n
+}
+
+// checkRejectedEmpty fails if canon.rejected holds anything: no gap, no
+// undecodable record, nothing out of order.
+func checkRejectedEmpty(t *testing.T, e *topicsEnv) {
+	t.Helper()
+	for _, r := range readTopic(t, e.brokers, e.names.Rejected) {
+		rej, err := schemas.DecodeRejected(schemas.SchemaRejectedV1, r.Value, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("rejected at %d@%d: %s: %s", r.Partition, r.Offset, rej.Reason, rej.Message)
+	}
+}
+
+// storeHeads is what one store holds: the head of each branch.
+type storeHeads map[branchRef]model.Head
+
+// checkStore opens a stopped instance's store and checks that it is a
+// prefix of the changelog: every version it holds, from 1 without a gap,
+// has the changelog's state hash, mutations and source. It returns the
+// store's heads.
+func checkStore(t *testing.T, p *seqProc, parts int32, h *history) storeHeads {
+	t.Helper()
+	st, err := store.Open(store.Config{Dir: filepath.Join(p.data, "store"), Partitions: parts})
+	if err != nil {
+		t.Fatalf("open the store of %s: %v", p.name, err)
+	}
+	defer st.Close()
+	heads := storeHeads{}
+	count := 0
+	for q := range parts {
+		projects, err := st.Projects(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pr := range projects {
+			branches, err := st.Branches(pr.Org, pr.Project)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, br := range branches {
+				b := branchRef{pr.Project, br.Name}
+				log := h.versions[b]
+				var next uint64 = 1
+				for {
+					vs, err := st.Versions(pr.Org, pr.Project, br.Name, next, 500)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, v := range vs {
+						if v.Version != next {
+							t.Fatalf("store of %s: %s@%s holds version %d where %d was expected", p.name, b.project, b.branch, v.Version, next)
+						}
+						if int(v.Version) > len(log) {
+							t.Fatalf("store of %s: %s@%s has version %d, the changelog only %d", p.name, b.project, b.branch, v.Version, len(log))
+						}
+						want := log[v.Version-1]
+						if v.StateHash != want.StateHash || v.Source != want.Source || !sameOutcomes(v.Mutations, want.Mutations) {
+							t.Fatalf("store of %s: %s@%s version %d differs from the changelog's (state %s vs %s)",
+								p.name, b.project, b.branch, v.Version, v.StateHash, want.StateHash)
+						}
+						next++
+						count++
+					}
+					if len(vs) < 500 {
+						break
+					}
+				}
+				if next-1 != br.Version {
+					t.Fatalf("store of %s: %s@%s head %d but versions up to %d", p.name, b.project, b.branch, br.Version, next-1)
+				}
+				head, err := st.Head(pr.Org, pr.Project, br.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				heads[b] = head
+			}
+		}
+	}
+	t.Logf("store of %s: %d versions of %d branches, all equal to the changelog's", p.name, count, len(heads))
+	return heads
+}
+
+func sameOutcomes(a, b []schemas.Outcome) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Client != b[i].Client || a[i].ID != b[i].ID || a[i].Status != b[i].Status || a[i].Offset != b[i].Offset {
+			return false
+		}
+	}
+	return true
+}
+
+// stopAll waits until every instance is ready, checks that none found
+// the input offsets behind the changelog (versions and input offsets
+// commit together, so a restore never does), stops them with SIGTERM and
+// checks their logs.
+func stopAll(t *testing.T, ctx context.Context, ps ...*seqProc) {
+	t.Helper()
+	waitUntil(t, ctx, "every instance ready", func() (bool, error) {
+		for _, p := range ps {
+			if !p.ready() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, p := range ps {
+		checkMetricZero(t, p, "canon_sequencer_input_offset_behind_total")
+	}
+	for _, p := range ps {
+		p.stop()
+		p.checkLog()
+	}
+}
+
+// checkMetricZero fails if a counter of a running instance is not zero.
+func checkMetricZero(t *testing.T, p *seqProc, name string) {
+	t.Helper()
+	v, err := p.metric(name)
+	if err != nil {
+		t.Fatalf("%s of %s: %v", name, p.name, err)
+	}
+	if v != 0 {
+		t.Errorf("%s of %s is %v, want 0", name, p.name, v)
+	}
+}

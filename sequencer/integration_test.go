@@ -1,0 +1,614 @@
+package sequencer
+
+// Integration and failure tests of the sequencer on a real Kafka broker
+// (internal/testenv): `canon serve --roles sequencer` processes under
+// load while instances join, leave, crash and stall and while the broker
+// crashes, then the exactly-once invariants on canon.versions and on every
+// instance's store. See harness_test.go for the machinery.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// TestMain is testenv.Main (run, then stop the servers testenv started),
+// plus the removal of the canon binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if canonBinary.dir != "" {
+		os.RemoveAll(canonBinary.dir)
+	}
+	testenv.StopAll()
+	os.Exit(code)
+}
+
+// TestIntegrationMembershipChurn runs three instances under load while one
+// joins late, one leaves gracefully and comes back, and one is killed
+// and restarted; every mutation is decided exactly once.
+func TestIntegrationMembershipChurn(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newTopicsEnv(t, k.Brokers, 6)
+	cl := followChangelog(t, e)
+	g := newLoadGen(t, e, 50, 150, 30, 1)
+	a, b, c := newSeqProc(t, e, "a"), newSeqProc(t, e, "b"), newSeqProc(t, e, "c")
+	a.start(ctx)
+	b.start(ctx)
+	startLoad(t, ctx, g, cl)
+
+	g.allowUpTo(0.15)
+	g.waitProduced(ctx, 0.15)
+	t.Log("c joins late")
+	c.start(ctx)
+	g.allowUpTo(0.35)
+	waitUntil(t, ctx, "c owning partitions", func() (bool, error) { return c.owned() > 0, nil })
+
+	g.waitProduced(ctx, 0.35)
+	t.Log("b leaves gracefully")
+	b.stop()
+	g.allowUpTo(0.5)
+	g.waitProduced(ctx, 0.45)
+	t.Log("b comes back")
+	b.start(ctx)
+	waitUntil(t, ctx, "b owning partitions again", func() (bool, error) { return b.owned() > 0, nil })
+
+	g.allowUpTo(0.65)
+	g.waitProduced(ctx, 0.6)
+	t.Log("a is killed and restarted")
+	a.kill()
+	a.start(ctx)
+	g.allowUpTo(0.8)
+	waitUntil(t, ctx, "a owning partitions again", func() (bool, error) { return a.owned() > 0, nil })
+
+	waitAllDecided(t, ctx, g, cl)
+	stopAll(t, ctx, a, b, c)
+	cl.catchUp(ctx)
+	h := cl.check(g.expected())
+	checkRejectedEmpty(t, e)
+	for _, p := range []*seqProc{a, b, c} {
+		checkStore(t, p, e.parts, h)
+	}
+}
+
+// TestIntegrationBrokerCrash kills the broker with SIGKILL during the
+// load and restarts it: producers retry, sequencers reconnect (their
+// sessions may fail and be replaced) and nothing is lost or doubled.
+func TestIntegrationBrokerCrash(t *testing.T) {
+	if testing.Short() && !testenv.InCI() {
+		t.Skip("integration test skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv, err := testenv.StartKafka(ctx, testenv.KafkaOptions{Configs: map[string]string{
+		// Transactions a crash left open are aborted soon after their
+		// timeout, not up to 10s later.
+		"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the dedicated broker's log:\n%s", srv.Tail(60))
+		}
+	})
+	e := newTopicsEnv(t, srv.Brokers(), 6)
+	cl := followChangelog(t, e)
+	g := newLoadGen(t, e, 50, 100, 30, 2)
+	a, b := newSeqProc(t, e, "a"), newSeqProc(t, e, "b")
+	a.start(ctx)
+	b.start(ctx)
+	startLoad(t, ctx, g, cl)
+
+	for i, at := range []float64{0.4} {
+		g.allowUpTo(at)
+		g.waitProduced(ctx, at)
+		waitUntil(t, ctx, "the changelog moving", func() (bool, error) { return cl.outcomes() > int64(at*float64(g.total())/2), nil })
+		t.Logf("broker killed (%d)", i+1)
+		srv.Kill()
+		g.allowUpTo(at + 0.1) // produced into the client's buffer while the broker is down
+		if err := srv.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("broker restarted (%d)", i+1)
+		before := cl.outcomes()
+		waitUntil(t, ctx, "decisions after the restart", func() (bool, error) { return cl.outcomes() > before, nil })
+	}
+
+	waitAllDecided(t, ctx, g, cl)
+	stopAll(t, ctx, a, b)
+	cl.catchUp(ctx)
+	h := cl.check(g.expected())
+	checkRejectedEmpty(t, e)
+	for _, p := range []*seqProc{a, b} {
+		checkStore(t, p, e.parts, h)
+	}
+}
+
+// TestIntegrationZombie stops an instance (SIGSTOP) past its session
+// timeout: the other takes its partitions and decides new mutations; when
+// the stopped one resumes it is fenced. Then twice more, resuming it as
+// soon as the other owns everything, while a transaction it left may
+// still be pending. No version is ever published twice.
+func TestIntegrationZombie(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newTopicsEnv(t, k.Brokers, 6)
+	cl := followChangelog(t, e)
+	g := newLoadGen(t, e, 50, 100, 40, 3)
+	a, z := newSeqProc(t, e, "a"), newSeqProc(t, e, "z")
+	a.start(ctx)
+	z.start(ctx)
+	startLoad(t, ctx, g, cl)
+	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && z.owned() > 0, nil })
+
+	g.allowUpTo(0.25)
+	g.waitProduced(ctx, 0.2)
+	t.Log("z stopped under load")
+	revoked := z.revocations()
+	z.signal(syscall.SIGSTOP)
+	g.allowUpTo(0.45)
+	waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
+	// a decides the new mutations, those of z's partitions included (once
+	// z's open transaction, if any, timed out).
+	g.waitProduced(ctx, 0.45)
+	waitUntil(t, ctx, "a deciding everything produced", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
+	t.Log("z resumed")
+	z.signal(syscall.SIGCONT)
+	z.waitRejoined(ctx, revoked)
+
+	for i, at := range []float64{0.6, 0.8} {
+		g.allowUpTo(at)
+		g.waitProduced(ctx, at-0.1)
+		t.Logf("z stopped under load (%d)", i+2)
+		revoked := z.revocations()
+		z.signal(syscall.SIGSTOP)
+		waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
+		t.Logf("z resumed at once (%d)", i+2)
+		z.signal(syscall.SIGCONT)
+		z.waitRejoined(ctx, revoked)
+	}
+
+	waitAllDecided(t, ctx, g, cl)
+	stopAll(t, ctx, a, z)
+	cl.catchUp(ctx)
+	h := cl.check(g.expected())
+	checkRejectedEmpty(t, e)
+	for _, p := range []*seqProc{a, z} {
+		checkStore(t, p, e.parts, h)
+	}
+}
+
+// TestIntegrationRejected produces bad records straight into
+// canon.mutations: each becomes a dead letter with its reason, and the
+// partition's later mutations are decided.
+func TestIntegrationRejected(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const parts = 3
+	e := newTopicsEnv(t, k.Brokers, parts)
+	seq := newSeqProc(t, e, "s")
+	seq.start(ctx)
+
+	mut := func(project, client string, id uint64, item string) *schemas.Mutation {
+		return &schemas.Mutation{Org: "acme", Project: project, Branch: "main", ClientGroup: "g-" + client, Client: client,
+			ID: id, Name: "item.put", Args: json.RawMessage(fmt.Sprintf(`{"collection":"tasks","id":%q,"data":{"v":%d}}`, item, id))}
+	}
+	// Two projects on different partitions, and a third key for the key
+	// mismatch.
+	key := func(project string) []byte { return schemas.ProjectKey("acme", project) }
+	var p1, p2 string
+	for i := 0; p1 == "" || p2 == ""; i++ {
+		name := fmt.Sprintf("q%d", i)
+		switch {
+		case p1 == "":
+			p1 = name
+		case schemas.Partition(key(name), parts) != schemas.Partition(key(p1), parts):
+			p2 = name
+		}
+	}
+	part1, part2 := schemas.Partition(key(p1), parts), schemas.Partition(key(p2), parts)
+	mutHeader := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}
+	raw := func(k []byte, partition int32, headers []kgo.RecordHeader, value []byte) *kgo.Record {
+		return &kgo.Record{Key: k, Partition: partition, Headers: headers, Value: value}
+	}
+	junk := make([]byte, 900<<10)
+	for i := range junk {
+		junk[i] = byte(i*7 + i>>8) // not UTF-8, not JSON
+	}
+	huge := []byte(`{"org":"acme","project":"` + p1 + `","pad":"` + strings.Repeat("x", 5<<19) + `"}`)
+	valid := func(m *schemas.Mutation) []byte {
+		v, err := schemas.EncodeMutation(m, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	otherKey := key("elsewhere")
+	wrongPartition := (part1 + 1) % parts
+
+	type badCase struct {
+		name   string
+		rec    *kgo.Record
+		reason string
+	}
+	cases := []badCase{
+		{"invalid JSON", raw(key(p1), part1, mutHeader, []byte(`{"org":"acme",`)), schemas.ReasonUndecodable},
+		{"not an object", raw(key(p1), part1, mutHeader, []byte(`[1,2,3]`)), schemas.ReasonUndecodable},
+		{"unknown schema major", raw(key(p1), part1, []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte("mutation/v9")}}, valid(mut(p1, "x", 1, "t"))), schemas.ReasonUnknownSchema},
+		{"unknown schema kind", raw(key(p1), part1, []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte("gossip/v1")}}, valid(mut(p1, "x", 1, "t"))), schemas.ReasonUnknownSchema},
+		{"no header", raw(key(p1), part1, nil, valid(mut(p1, "x", 1, "t"))), schemas.ReasonUnknownSchema},
+		{"empty value", raw(key(p1), part1, mutHeader, nil), schemas.ReasonUndecodable},
+		{"missing fields", raw(key(p1), part1, mutHeader, []byte(`{"org":"acme","project":"`+p1+`","name":"item.put"}`)), schemas.ReasonInvalid},
+		{"key of another project", raw(otherKey, schemas.Partition(otherKey, parts), mutHeader, valid(mut(p1, "x", 1, "t"))), schemas.ReasonKeyMismatch},
+		{"wrong partition for the key", raw(key(p1), wrongPartition, mutHeader, valid(mut(p1, "x", 1, "t"))), schemas.ReasonKeyMismatch},
+		{"900 KB of junk", raw(key(p2), part2, mutHeader, junk), schemas.ReasonUndecodable},
+		{"2.5 MB value", raw(key(p2), part2, mutHeader, huge), schemas.ReasonTooLarge},
+		{"gap", raw(key(p2), part2, mutHeader, valid(mut(p2, "gappy", 3, "t"))), schemas.ReasonGap},
+	}
+	// Each bad record is followed by a valid mutation on its partition.
+	type follow struct {
+		project, client string
+		id              uint64
+	}
+	var follows []follow
+	ids := map[string]uint64{}
+	for _, bc := range cases {
+		e.produceSync(t, bc.rec)
+		project := p1
+		if bc.rec.Partition == part2 {
+			project = p2
+		} else if bc.rec.Partition != part1 {
+			project = ""
+		}
+		if project == "" {
+			continue
+		}
+		ids[project]++
+		m := mut(project, "good", ids[project], fmt.Sprintf("t%d", ids[project]))
+		e.produceSync(t, e.mutationRecord(t, m))
+		follows = append(follows, follow{project, "good", ids[project]})
+	}
+	// The gappy client sends its first id after all: it is decided.
+	e.produceSync(t, e.mutationRecord(t, mut(p2, "gappy", 1, "g")))
+	follows = append(follows, follow{p2, "gappy", 1})
+
+	// The valid ones are decided, the bad ones rejected with their reason.
+	var rejected []*kgo.Record
+	waitUntil(t, ctx, "every bad record in canon.rejected", func() (bool, error) {
+		rejected = readTopic(t, e.brokers, e.names.Rejected)
+		return len(rejected) >= len(cases), nil
+	})
+	byOffset := map[string]*schemas.Rejected{}
+	for _, r := range rejected {
+		rej, err := schemas.DecodeRejected(schemas.SchemaRejectedV1, r.Value, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rej.Topic != e.names.Mutations {
+			t.Errorf("rejected record names topic %q", rej.Topic)
+		}
+		if len(rej.Value) > schemas.MaxRejectedValueBytes {
+			t.Errorf("rejected record copies %d bytes of the value", len(rej.Value))
+		}
+		byOffset[fmt.Sprintf("%d@%d", rej.Partition, rej.Offset)] = rej
+	}
+	if len(rejected) != len(cases) {
+		t.Errorf("%d rejected records, want %d", len(rejected), len(cases))
+	}
+	for _, bc := range cases {
+		rej := byOffset[fmt.Sprintf("%d@%d", bc.rec.Partition, bc.rec.Offset)]
+		switch {
+		case rej == nil:
+			t.Errorf("%s: no rejected record for %d@%d", bc.name, bc.rec.Partition, bc.rec.Offset)
+		case rej.Reason != bc.reason:
+			t.Errorf("%s: reason %s (%s), want %s", bc.name, rej.Reason, rej.Message, bc.reason)
+		case rej.Message == "":
+			t.Errorf("%s: no message", bc.name)
+		default:
+			t.Logf("%s: %s: %.150s", bc.name, rej.Reason, rej.Message)
+		}
+		if bc.reason == schemas.ReasonGap && (rej == nil || rej.ExpectedID != 1) {
+			t.Errorf("gap: the rejected record should expect id 1: %+v", rej)
+		}
+	}
+	expect := map[mutKey]string{}
+	for _, f := range follows {
+		expect[mutKey{f.project, f.client, f.id}] = schemas.StatusApplied
+	}
+	cl := followChangelog(t, e)
+	waitUntil(t, ctx, "the valid mutations decided", func() (bool, error) { return cl.outcomes() >= int64(len(follows)), nil })
+	cl.catchUp(ctx)
+	cl.check(expect)
+	stopAll(t, ctx, seq)
+}
+
+// TestIntegrationStoreLost deletes an instance's Pebble directory while
+// it is stopped: it restores its partitions from canon.versions alone and
+// ends with the changelog's state.
+func TestIntegrationStoreLost(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newTopicsEnv(t, k.Brokers, 6)
+	cl := followChangelog(t, e)
+	g := newLoadGen(t, e, 50, 100, 30, 5)
+	a, b := newSeqProc(t, e, "a"), newSeqProc(t, e, "b")
+	a.start(ctx)
+	b.start(ctx)
+	startLoad(t, ctx, g, cl)
+	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && b.owned() > 0, nil })
+
+	g.allowUpTo(0.4)
+	g.waitProduced(ctx, 0.4)
+	waitUntil(t, ctx, "b's partitions decided", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
+	t.Log("b stopped, its store deleted")
+	b.stop()
+	if err := os.RemoveAll(filepath.Join(b.data, "store")); err != nil {
+		t.Fatal(err)
+	}
+	g.allowUpTo(0.7)
+	g.waitProduced(ctx, 0.6)
+	t.Log("b restarts with no store")
+	b.start(ctx)
+	waitUntil(t, ctx, "b owning restored partitions", func() (bool, error) { return b.owned() > 0 && b.ready(), nil })
+	restored, err := b.metric("canon_sequencer_restore_records_total")
+	if err != nil || restored == 0 {
+		t.Fatalf("b restored %v changelog records (%v)", restored, err)
+	}
+
+	waitAllDecided(t, ctx, g, cl)
+	waitUntil(t, ctx, "every instance ready", func() (bool, error) { return a.ready() && b.ready(), nil })
+	bOwned := b.ownedFromLog()
+	stopAll(t, ctx, a, b)
+	cl.catchUp(ctx)
+	h := cl.check(g.expected())
+	checkStore(t, a, e.parts, h)
+	heads := checkStore(t, b, e.parts, h)
+
+	// b's partitions: every project, from version 1 (rebuilt from the
+	// changelog, since b's store was deleted) up to the changelog's head.
+	if len(bOwned) == 0 {
+		t.Fatal("b owned no partition at the end")
+	}
+	owned := map[int32]bool{}
+	for _, q := range bOwned {
+		owned[q] = true
+	}
+	n := 0
+	for br, vs := range h.versions {
+		if !owned[schemas.Partition(schemas.ProjectKey("acme", br.project), e.parts)] {
+			continue
+		}
+		n++
+		want, _ := h.mem.Head("acme", br.project, br.branch)
+		got := heads[br]
+		if got.Version != uint64(len(vs)) || stateHash(got) != stateHash(want) || got.State != want.State {
+			t.Errorf("b's %s@%s: head %d %s, the changelog's %d %s", br.project, br.branch, got.Version, stateHash(got), len(vs), stateHash(want))
+		}
+	}
+	t.Logf("b restored partitions %v: %d projects equal to the changelog replay", bOwned, n)
+}
+
+// TestIntegrationRestoreAfterPendingCommit: an old owner's transaction
+// has produced a version and committed its input offset (TxnOffsetCommit)
+// but not yet ended when the old owner loses the group; the new owner
+// restores, and only then does the old transaction commit (KIP-447 allows
+// it: the new owner's offset fetch waits for it). The new owner must not
+// decide over a store that misses that version.
+func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newTopicsEnv(t, k.Brokers, 1)
+	group := e.prefix + DefaultGroup
+	m1 := &schemas.Mutation{Org: "acme", Project: "doc", Branch: "main", ClientGroup: "g-a", Client: "a", ID: 1,
+		Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":{"by":"a"}}`)}
+	e.produceSync(t, e.mutationRecord(t, m1))
+
+	// The old owner decides m1 and ends its transaction; the EndTxn
+	// request, and everything after it, stalls on the wire.
+	stall := &wireStall{release: make(chan struct{}), stalled: make(chan struct{})}
+	old, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(e.brokers...),
+		kgo.Dialer(stall.dial),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(e.names.Mutations),
+		kgo.TransactionalID(group+"-old"), kgo.TransactionTimeout(time.Minute),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(2*time.Second), kgo.HeartbeatInterval(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := old.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	var polled []*kgo.Record
+	for len(polled) == 0 {
+		polled = old.PollFetches(ctx).Records()
+		if ctx.Err() != nil {
+			t.Fatal("old owner polled nothing")
+		}
+	}
+	dec := model.NewDecider(model.NewMemState(), model.NewRegistry(), schemas.DefaultLimits())
+	r := polled[0]
+	m, err := schemas.DecodeMutation(schemas.SchemaMutationV1, r.Value, schemas.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dec.Decide(model.MutationRecord{Mutation: m, Timestamp: r.Timestamp, Partition: r.Partition, Offset: r.Offset})
+	if err != nil || d.Kind != model.Applied {
+		t.Fatalf("old owner's decision: %v %v", d.Kind, err)
+	}
+	for i := range d.Chunks {
+		value, hash := schemas.EncodeChunk(&d.Chunks[i])
+		old.Produce(ctx, &kgo.Record{Topic: e.names.Versions, Partition: 0, Key: r.Key, Value: value,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaChunkV1)}, {Key: schemas.HeaderChunkHash, Value: []byte(hash)}}}, nil)
+	}
+	value, err := schemas.EncodeVersion(d.Version, schemas.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Produce(ctx, &kgo.Record{Topic: e.names.Versions, Partition: 0, Key: r.Key, Value: value,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaVersionV1)}}}, nil)
+	stall.armed.Store(true)
+	ended := make(chan error, 1)
+	go func() {
+		committed, err := old.End(ctx, kgo.TryCommit)
+		if err == nil && !committed {
+			err = fmt.Errorf("old owner's transaction aborted")
+		}
+		ended <- err
+	}()
+	select {
+	case <-stall.stalled:
+	case err := <-ended:
+		t.Fatalf("old owner's transaction ended before EndTxn: %v", err)
+	case <-ctx.Done():
+		t.Fatal("old owner never sent EndTxn")
+	}
+
+	// The new owner joins; the old one, which no longer heartbeats, is
+	// dropped from the group, and the new one restores partition 0.
+	logs := &countingHandler{}
+	st, err := store.Open(store.Config{Dir: filepath.Join(t.TempDir(), "store"), Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	seq, err := New(Config{
+		Kafka:          kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-new-owner"},
+		Topics:         e.names,
+		Group:          group,
+		InstanceID:     "new",
+		Store:          st,
+		SessionTimeout: 2 * time.Second,
+		Log:            slog.New(logs),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(sctx) }()
+	defer func() { scancel(); <-done }()
+	// Past its first restore attempt: either it restored (and will decide
+	// over what it restored), or it logged that it waits for the open
+	// transaction (the sequencer's message).
+	waitUntil(t, ctx, "the new owner owning partition 0 and past its first restore attempt", func() (bool, error) {
+		return testutil.ToFloat64(seq.m.ownedPartitions) == 1 &&
+			(seq.Ready(ctx) == nil || logs.count("restore not complete") > 0), nil
+	})
+
+	// Now the old transaction commits: version 1 of acme/doc.
+	close(stall.release)
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+
+	// Another client's first mutation: version 2, not a second version 1.
+	m2 := &schemas.Mutation{Org: "acme", Project: "doc", Branch: "main", ClientGroup: "g-b", Client: "b", ID: 1,
+		Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t2","data":{"by":"b"}}`)}
+	e.produceSync(t, e.mutationRecord(t, m2))
+	cl := followChangelog(t, e)
+	waitUntil(t, ctx, "both mutations in the changelog", func() (bool, error) { return cl.outcomes() >= 2, nil })
+	cl.catchUp(ctx)
+	cl.check(map[mutKey]string{{"doc", "a", 1}: schemas.StatusApplied, {"doc", "b", 1}: schemas.StatusApplied})
+	waitUntil(t, ctx, "version 2 in the new owner's store", func() (bool, error) {
+		h, err := st.Head("acme", "doc", "main")
+		return h.Version == 2, err
+	})
+}
+
+// wireStall wraps a client's connections: once armed, the first EndTxn
+// request and every write after it wait for release.
+type wireStall struct {
+	armed   atomic.Bool
+	once    sync.Once
+	hit     atomic.Bool
+	stalled chan struct{}
+	release chan struct{}
+}
+
+func (s *wireStall) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, s: s}, nil
+}
+
+type stallConn struct {
+	net.Conn
+	s *wireStall
+}
+
+// apiKeyEndTxn is the Kafka API key of EndTxn requests.
+const apiKeyEndTxn = 26
+
+func (c *stallConn) Write(b []byte) (int, error) {
+	s := c.s
+	// A request is a 4-byte size, then its 2-byte API key.
+	if s.armed.Load() && len(b) >= 6 && int16(b[4])<<8|int16(b[5]) == apiKeyEndTxn {
+		s.hit.Store(true)
+	}
+	if s.hit.Load() {
+		s.once.Do(func() { close(s.stalled) })
+		<-s.release
+		// The client's write deadline passed while the request waited.
+		_ = c.Conn.SetWriteDeadline(time.Time{})
+	}
+	return c.Conn.Write(b)
+}
+
+// countingHandler is a slog handler that counts messages by prefix.
+type countingHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.msgs = append(h.msgs, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
+}
