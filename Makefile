@@ -60,6 +60,9 @@ vet: ## go vet, and fail on unformatted files
 
 .PHONY: up
 up: ## Start Kafka, ClickHouse and Canon with Docker Compose
+	@mkdir -p deploy
+	@test -f deploy/keys.json || $(GO) run ./cmd/canon token keygen --keys deploy/keys.json
+	@test -f deploy/public-keys.json || $(GO) run ./cmd/canon token public --keys deploy/keys.json --out deploy/public-keys.json
 	docker compose up -d --build
 
 .PHONY: down

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/schemas"
 )
 
 // buildCanon builds the binary once per test process.
@@ -31,6 +33,7 @@ func buildCanon(t *testing.T) string {
 }
 
 type devProc struct {
+	token   string
 	cmd     *exec.Cmd
 	out     syncBuffer
 	drained chan struct{} // closed when all output was read
@@ -58,6 +61,7 @@ func (s *syncBuffer) String() string {
 }
 
 var (
+	tokenLine = regexp.MustCompile(`dev token\s+(\S+)`)
 	httpLine  = regexp.MustCompile(`health\s+(http://\S+)/healthz`)
 	kafkaLine = regexp.MustCompile(`kafka\s+(\S+) \(embedded`)
 )
@@ -83,7 +87,7 @@ func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 		close(lines)
 	}()
 	go func() { p.exited <- cmd.Wait(); pw.Close() }()
-	var httpURL, brokers string
+	var httpURL, brokers, token string
 	go func() {
 		defer close(p.drained)
 		done := false
@@ -95,7 +99,10 @@ func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 			if m := kafkaLine.FindStringSubmatch(l); m != nil {
 				brokers = m[1]
 			}
-			if !done && httpURL != "" && brokers != "" {
+			if m := tokenLine.FindStringSubmatch(l); m != nil {
+				token = m[1]
+			}
+			if !done && httpURL != "" && brokers != "" && token != "" {
 				done = true
 				close(found)
 			}
@@ -103,7 +110,7 @@ func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 	}()
 	select {
 	case <-found:
-		p.http, p.brokers = httpURL, brokers // published by close(found)
+		p.http, p.brokers, p.token = httpURL, brokers, token // published by close(found)
 	case err := <-p.exited:
 		t.Fatalf("canon dev exited early: %v\n%s", err, p.out.String())
 	case <-ctx.Done():
@@ -176,11 +183,48 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 	if out, err := exec.Command(bin, "health", "--url", p.http+"/readyz").CombinedOutput(); err != nil {
 		t.Fatalf("canon health: %v: %s", err, out)
 	}
+	// A push with the dev token comes out of the sequencer as version 1.
+	body := `{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"item.put","args":{"collection":"notes","id":"n1","data":{"text":"hello"}}}]}`
+	req, _ := http.NewRequest(http.MethodPost, p.http+"/v1/projects/dev/demo/push", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("push with the dev token: %d %s", resp.StatusCode, answer)
+	}
+	versions, err := kgo.NewClient(kgo.SeedBrokers(p.brokers), kgo.ConsumeTopics("canon.versions"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version *schemas.Version
+	for version == nil {
+		fs := versions.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("no version for the pushed mutation:\n%s", p.out.String())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if v, err := schemas.DecodeVersion(schemas.SchemaVersionV1, r.Value, schemas.DefaultLimits()); err == nil {
+				version = v
+			}
+		})
+	}
+	versions.Close()
+	if version.Org != "dev" || version.Project != "demo" || version.Version != 1 || version.Mutations[0].Status != schemas.StatusApplied ||
+		version.Mutations[0].Principal != "dev" {
+		t.Fatalf("version %+v", version)
+	}
+
 	cl, err := kgo.NewClient(kgo.SeedBrokers(p.brokers))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &kgo.Record{Topic: "canon.mutations", Key: []byte("acme/roadmap"), Value: []byte("survives")}
+	rec := &kgo.Record{Topic: "canon.rejected", Key: []byte("acme/roadmap"), Value: []byte("survives")}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +236,7 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 
 	p = startDev(t, ctx, bin, data)
 	waitReady(t, ctx, p.http)
-	cons, err := kgo.NewClient(kgo.SeedBrokers(p.brokers), kgo.ConsumeTopics("canon.mutations"),
+	cons, err := kgo.NewClient(kgo.SeedBrokers(p.brokers), kgo.ConsumeTopics("canon.rejected"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
 )
@@ -62,6 +63,20 @@ type node struct {
 	httpLn   net.Listener
 	// dataDir holds the roles' local state (the store under store/).
 	dataDir string
+	// keys verify access tokens; nil when none were given.
+	keys *auth.Keyset
+	// topicPrefix is --topic-prefix: it also prefixes the consumer groups,
+	// so that deployments sharing a cluster never share a group.
+	topicPrefix string
+	// seq tunes the sequencer role; zero fields take its defaults.
+	seq sequencerTuning
+}
+
+// sequencerTuning holds the hidden timeouts of `canon serve` that tests
+// shorten, so a failure test does not wait for production timeouts.
+type sequencerTuning struct {
+	sessionTimeout time.Duration
+	txnTimeout     time.Duration
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP
@@ -70,12 +85,13 @@ func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaF
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n := &node{
-		log:      log,
-		registry: reg,
-		ready:    ops.NewReadiness(),
-		mux:      http.NewServeMux(),
-		dataDir:  dataDir,
-		kcfg:     kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg},
+		log:         log,
+		registry:    reg,
+		ready:       ops.NewReadiness(),
+		mux:         http.NewServeMux(),
+		dataDir:     dataDir,
+		topicPrefix: kf.topicPrefix,
+		kcfg:        kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg},
 	}
 	tcfg := kf.topicsConfig()
 	if err := tcfg.Validate(); err != nil {

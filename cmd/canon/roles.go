@@ -2,16 +2,44 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
 func init() {
 	roles["sequencer"] = role{help: "decides mutations and publishes versions", setup: setupSequencer}
+	roles["producer"] = role{help: "HTTP push endpoints (Canon's and Replicache's) into canon.mutations", setup: setupProducer}
+}
+
+func setupProducer(n *node) (func(context.Context) error, error) {
+	if n.keys == nil {
+		return nil, usageError{errors.New("the producer role verifies tokens: pass --keys FILE (a keyset made with 'canon token keygen')")}
+	}
+	kcfg := n.kcfg
+	kcfg.ClientID = "canon-producer"
+	p, err := producer.New(producer.Config{
+		Kafka:      kcfg,
+		Topics:     n.topics.Names,
+		Keys:       n.keys.VerifyOnly(),
+		Log:        n.log,
+		Registerer: n.registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Mount(n.mux)
+	n.ready.Add("producer", p.Ready)
+	return func(ctx context.Context) error {
+		<-ctx.Done()
+		p.Close()
+		return nil
+	}, nil
 }
 
 // openStore opens the Pebble store under the node's data dir.
@@ -35,11 +63,16 @@ func setupSequencer(n *node) (func(context.Context) error, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
 	seq, err := sequencer.New(sequencer.Config{
-		Kafka:      kcfg,
-		Topics:     n.topics.Names,
-		Store:      st,
-		Log:        n.log,
-		Registerer: n.registry,
+		Kafka:  kcfg,
+		Topics: n.topics.Names,
+		// Deployments that share a cluster through --topic-prefix must
+		// not share a group: one's rebalances would stall the other's.
+		Group:              n.topicPrefix + sequencer.DefaultGroup,
+		Store:              st,
+		SessionTimeout:     n.seq.sessionTimeout,
+		TransactionTimeout: n.seq.txnTimeout,
+		Log:                n.log,
+		Registerer:         n.registry,
 	})
 	if err != nil {
 		st.Close()

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/canon-sync/canon/internal/auth"
 )
 
 // role is one of Canon's components inside `canon serve` or `canon dev`.
@@ -40,7 +42,9 @@ type serveFlags struct {
 	kafka kafkaFlags
 	http  string
 	data  string
+	keys  string
 	roles []string
+	seq   sequencerTuning
 }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
@@ -66,7 +70,14 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	f.kafka.register(cmd, "Kafka brokers, host:port, comma separated (required)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
+	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer role)")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
+	// Hidden: failure tests shorten them so that a stopped or killed
+	// instance is replaced in seconds; production keeps the defaults.
+	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")
+	cmd.Flags().DurationVar(&f.seq.txnTimeout, "transaction-timeout", 0, "sequencer transaction timeout (0: the sequencer's default)")
+	_ = cmd.Flags().MarkHidden("session-timeout")
+	_ = cmd.Flags().MarkHidden("transaction-timeout")
 	return cmd
 }
 
@@ -99,6 +110,12 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if f.keys != "" {
+		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {
+			return err
+		}
+	}
+	n.seq = f.seq
 	log.Info("canon serve started", "version", versionString(), "roles", f.roles,
 		"http", n.httpLn.Addr().String(), "partitions", n.topics.Partitions)
 	components, err := setupRoles(n, f.roles)

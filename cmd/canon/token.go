@@ -24,7 +24,7 @@ Rotate keys by adding one with 'canon token keygen' (it signs new tokens
 from then on), keeping the old one until its tokens have expired, then
 removing it with 'canon token rmkey'.`,
 	}
-	cmd.AddCommand(newTokenKeygenCmd(), newTokenRmkeyCmd(), newTokenIssueCmd())
+	cmd.AddCommand(newTokenKeygenCmd(), newTokenRmkeyCmd(), newTokenIssueCmd(), newTokenPublicCmd())
 	return cmd
 }
 
@@ -90,6 +90,34 @@ func newTokenRmkeyCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kid, "kid", "", "key id (required)")
 	_ = cmd.MarkFlagRequired("keys")
 	_ = cmd.MarkFlagRequired("kid")
+	return cmd
+}
+
+func newTokenPublicCmd() *cobra.Command {
+	var keys, out string
+	cmd := &cobra.Command{
+		Use:   "public --keys FILE --out FILE",
+		Short: "Write the public half of a keyset, for the services that only verify tokens",
+		Long: `Write the keyset's public keys only (mode 0644). Give this file to the
+services that verify tokens (--keys of canon serve); keep the full keyset,
+which can sign, where tokens are issued.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := auth.LoadKeyset(keys)
+			if err != nil {
+				return err
+			}
+			if err := k.VerifyOnly().Save(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote the public keys %v to %s\n", k.IDs(), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keys, "keys", "", "keyset file (required)")
+	cmd.Flags().StringVar(&out, "out", "", "file to write (required)")
+	_ = cmd.MarkFlagRequired("keys")
+	_ = cmd.MarkFlagRequired("out")
 	return cmd
 }
 

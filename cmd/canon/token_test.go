@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -43,6 +44,26 @@ func TestTokenKeygenIssueRotate(t *testing.T) {
 	}
 	if _, err := k.Verify(newTok, time.Now()); err != nil {
 		t.Fatal(err)
+	}
+	pub := filepath.Join(filepath.Dir(keys), "public.json")
+	if out, err := run("token", "public", "--keys", keys, "--out", pub); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	pk, err := auth.LoadKeyset(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pk.Verify(newTok, time.Now()); err != nil {
+		t.Fatalf("the public keyset does not verify: %v", err)
+	}
+	if out, err := run("token", "issue", "--keys", pub, "--subject", "x", "--org", "acme"); err == nil {
+		t.Fatalf("the public keyset signed a token: %s", out)
+	}
+	if st, err := os.Stat(pub); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("public keyset mode %v %v", st.Mode(), err)
+	}
+	if st, err := os.Stat(keys); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("private keyset mode %v %v", st.Mode(), err)
 	}
 	if out, err := run("token", "rmkey", "--keys", keys, "--kid", "old"); err != nil {
 		t.Fatalf("%v: %s", err, out)

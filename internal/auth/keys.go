@@ -159,8 +159,8 @@ func LoadKeyset(path string) (*Keyset, error) {
 	return k, nil
 }
 
-// Save writes the keyset to path (mode 0600: it holds private keys),
-// atomically.
+// Save writes the keyset to path atomically, mode 0600 when it holds a
+// private key and 0644 when it only verifies.
 func (k *Keyset) Save(path string) error {
 	k.mu.RLock()
 	f := keyFile{Keys: make([]keyJSON, len(k.keys))}
@@ -180,7 +180,13 @@ func (k *Keyset) Save(path string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
+	perm := os.FileMode(0o644)
+	for _, key := range f.Keys {
+		if key.Private != "" {
+			perm = 0o600
+		}
+	}
+	if err := tmp.Chmod(perm); err != nil {
 		tmp.Close()
 		return err
 	}

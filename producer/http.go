@@ -1,0 +1,251 @@
+package producer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// PushRequest is the body of POST /v1/projects/{org}/{project}/push.
+type PushRequest struct {
+	// Branch defaults to main.
+	Branch      string         `json:"branch"`
+	ClientGroup string         `json:"clientGroup"`
+	Mutations   []PushMutation `json:"mutations"`
+}
+
+// PushMutation is one mutation of a push.
+type PushMutation struct {
+	Client string          `json:"client"`
+	ID     uint64          `json:"id"`
+	Name   string          `json:"name"`
+	Args   json.RawMessage `json:"args"`
+	// TS is the client's clock in milliseconds; optional.
+	TS int64 `json:"ts"`
+}
+
+// PushResponse answers a push once Kafka acknowledged every mutation.
+type PushResponse struct {
+	Mutations []Written `json:"mutations"`
+}
+
+func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
+	start := p.cfg.Now()
+	org, project := r.PathValue("org"), r.PathValue("project")
+	claims, aerr := p.authorize(r, org, project)
+	if aerr != nil {
+		p.fail(w, "canon", aerr)
+		return
+	}
+	body, aerr := p.readBody(w, r)
+	if aerr != nil {
+		p.fail(w, "canon", aerr)
+		return
+	}
+	var req PushRequest
+	if aerr := decodeStrict(body, &req); aerr != nil {
+		p.fail(w, "canon", aerr)
+		return
+	}
+	ms, aerr := p.mutations(org, project, req.Branch, req.ClientGroup, claims, req.Mutations, start)
+	if aerr != nil {
+		p.fail(w, "canon", aerr)
+		return
+	}
+	written, aerr := p.write(r, claims, ms, start)
+	if aerr != nil {
+		p.fail(w, "canon", aerr)
+		return
+	}
+	p.m.observe("canon", len(ms), p.cfg.Now().Sub(start))
+	writeJSON(w, http.StatusOK, PushResponse{Mutations: written})
+}
+
+// authorize checks the bearer token for write access to org/project.
+func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims, *apiError) {
+	if err := schemas.ValidateOrg("org", org); err != nil {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "org", Message: err.Error()}
+	}
+	if err := schemas.ValidateProject("project", project); err != nil {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "project", Message: err.Error()}
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		token = ""
+	}
+	claims, err := p.cfg.Keys.Verify(strings.TrimSpace(token), p.cfg.Now())
+	if err != nil {
+		return nil, authError(err)
+	}
+	if err := claims.Allow(org, project, auth.ScopeWrite); err != nil {
+		return nil, authError(err)
+	}
+	return claims, nil
+}
+
+// readBody checks the content type and reads at most MaxBodyBytes.
+func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
+			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
+	}
+	if r.ContentLength > p.cfg.MaxBodyBytes {
+		return nil, p.bodyTooLarge(r.ContentLength)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, p.bodyTooLarge(-1)
+	}
+	if err != nil {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
+	}
+	return body, nil
+}
+
+func (p *Producer) bodyTooLarge(n int64) *apiError {
+	msg := fmt.Sprintf("the body is over the limit of %d bytes", p.cfg.MaxBodyBytes)
+	if n > 0 {
+		msg = fmt.Sprintf("the body is %d bytes, over the limit of %d bytes", n, p.cfg.MaxBodyBytes)
+	}
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: msg,
+		Hint: "split the mutations over several pushes"}
+}
+
+// decodeStrict decodes one JSON object with no unknown fields and no
+// trailing data, naming the field of a type error.
+func decodeStrict(body []byte, v any) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON object")
+	}
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("data after the JSON object")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: te.Field,
+			Message: fmt.Sprintf("must be %s, got %s", jsonKind(te.Type.String()), te.Value)}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not valid JSON: it ends too early"}
+	case errors.As(err, &se):
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformed,
+			Message: fmt.Sprintf("the body is not valid JSON: %v (at byte %d)", se, se.Offset)}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field,
+			Message: fmt.Sprintf("unknown field %q", field), Hint: "check the field's spelling"}
+	default:
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not the expected JSON object: " + err.Error()}
+	}
+}
+
+func jsonKind(goType string) string {
+	switch goType {
+	case "uint64", "int64", "int", "uint32", "int32":
+		return "a non-negative integer"
+	case "string":
+		return "a string"
+	case "float64":
+		return "a number"
+	}
+	if strings.HasPrefix(goType, "[]") {
+		return "an array"
+	}
+	return "an object"
+}
+
+// mutations validates a request's mutations and stamps them.
+func (p *Producer) mutations(org, project, branch, group string, claims *auth.Claims, in []PushMutation, received time.Time) ([]*schemas.Mutation, *apiError) {
+	if branch == "" {
+		branch = schemas.DefaultBranch
+	}
+	if err := schemas.ValidateBranch("branch", branch); err != nil {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "branch", Message: err.Error()}
+	}
+	if err := schemas.ValidateClient("clientGroup", group); err != nil {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "clientGroup", Message: err.Error()}
+	}
+	if len(in) == 0 {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeEmptyBatch, Field: "mutations", Message: "no mutations",
+			Hint: "send at least one mutation"}
+	}
+	if len(in) > p.cfg.MaxBatch {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "mutations",
+			Message: fmt.Sprintf("%d mutations, over the limit of %d per push", len(in), p.cfg.MaxBatch),
+			Hint:    "split the mutations over several pushes, in order"}
+	}
+	ms := make([]*schemas.Mutation, len(in))
+	last := map[string]uint64{}
+	for i, pm := range in {
+		if pm.ID == 0 {
+			return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
+				Message: "must be an integer >= 1, got 0", Hint: "a client's first mutation has id 1"}
+		}
+		if prev, ok := last[pm.Client]; ok && pm.ID != prev+1 {
+			return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
+				Message: fmt.Sprintf("client %s sends id %d after %d in the same push: ids must increase by 1", pm.Client, pm.ID, prev)}
+		}
+		last[pm.Client] = pm.ID
+		args := pm.Args
+		if len(args) == 0 {
+			args = json.RawMessage("null")
+		}
+		ms[i] = &schemas.Mutation{Org: org, Project: project, Branch: branch, ClientGroup: group, Client: pm.Client,
+			ID: pm.ID, Name: pm.Name, Args: args, TS: pm.TS, Principal: claims.Principal(), ReceivedAt: received.UnixMilli()}
+	}
+	return ms, nil
+}
+
+// write encodes (validating every field and limit), rate-limits and
+// produces the mutations.
+func (p *Producer) write(r *http.Request, claims *auth.Claims, ms []*schemas.Mutation, received time.Time) ([]Written, *apiError) {
+	values := make([][]byte, len(ms))
+	for i, m := range ms {
+		v, err := schemas.EncodeMutation(m, p.cfg.Limits)
+		if err != nil {
+			return nil, fieldError(i, err)
+		}
+		values[i] = v
+	}
+	if wait, ok := p.limiter.allow(claims.Principal(), len(ms), received); !ok {
+		return nil, &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+			Message:    fmt.Sprintf("%s is over its rate of %.0f mutations per second", claims.Principal(), p.cfg.Rate),
+			Hint:       "retry after the Retry-After seconds, in order",
+			retryAfter: int(math.Ceil(wait.Seconds()))}
+	}
+	written, err := p.produce(r.Context(), ms, values, received)
+	if err != nil {
+		p.cfg.Log.Warn("produce pushed mutations", "err", err, "org", ms[0].Org, "project", ms[0].Project)
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the mutations could not be written to Kafka: " + err.Error(),
+			Hint:    "retry the same push: mutations already written are skipped as duplicates", retryAfter: 1}
+	}
+	return written, nil
+}
+
+func (p *Producer) fail(w http.ResponseWriter, api string, e *apiError) {
+	p.m.refused(api, e.Code)
+	writeError(w, e)
+}

@@ -1,0 +1,201 @@
+// Package producer is Canon's ingest: the HTTP push endpoints (Canon's own
+// and Replicache's push v1) that authenticate a request, validate every
+// mutation against the record schemas and limits, stamp the principal and
+// the receive time, and write the mutations to canon.mutations, keyed by
+// project, answering only once Kafka has acknowledged them. Nothing is
+// written for a request that is refused.
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes    = 4 << 20
+	DefaultMaxBatch        = 1000
+	DefaultLinger          = time.Millisecond
+	DefaultRate            = 1000 // mutations per second per principal
+	DefaultBurst           = 5000
+	DefaultProduceTimeout  = 10 * time.Second
+	defaultMaxReplicacheID = 128
+)
+
+// Config configures a Producer.
+type Config struct {
+	// Kafka holds the brokers, client id, logger and metrics registerer.
+	Kafka kafka.ClientConfig
+	// Topics are Canon's topic names; only Mutations is written.
+	Topics kafka.TopicNames
+	// Keys verify the requests' tokens. Required.
+	Keys *auth.Keyset
+	// Limits bound every mutation; default schemas.DefaultLimits().
+	Limits schemas.Limits
+	// MaxBodyBytes bounds a request body; default 4 MiB. Larger bodies get
+	// 413 before they are read.
+	MaxBodyBytes int64
+	// MaxBatch bounds the mutations of one request; default 1000.
+	MaxBatch int
+	// Rate and Burst limit each principal's mutations per second; a
+	// request over it gets 429 with Retry-After. Default 1000/s, burst 5000.
+	Rate  float64
+	Burst int
+	// Linger is the producer linger; default 1ms.
+	Linger time.Duration
+	// ProduceTimeout bounds the wait for Kafka's acknowledgement; default 10s.
+	ProduceTimeout time.Duration
+	// Log receives the producer's logs; nil discards them.
+	Log *slog.Logger
+	// Registerer gets the producer's metrics; nil disables them.
+	Registerer prometheus.Registerer
+	// Now is the clock for tokens and receive times; nil is time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Topics == (kafka.TopicNames{}) {
+		c.Topics = kafka.DefaultTopicNames()
+	}
+	if c.Limits == (schemas.Limits{}) {
+		c.Limits = schemas.DefaultLimits()
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.Burst == 0 {
+		c.Burst = DefaultBurst
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Keys == nil {
+		errs = append(errs, errors.New("producer: no keyset to verify tokens: pass --keys FILE"))
+	}
+	if c.MaxBodyBytes < 1<<10 || c.MaxBatch < 1 || c.Burst < 1 || c.Rate <= 0 {
+		errs = append(errs, fmt.Errorf("producer: limits must be positive (body %d, batch %d, rate %v, burst %d)", c.MaxBodyBytes, c.MaxBatch, c.Rate, c.Burst))
+	}
+	if c.Linger < 0 || c.Linger > time.Second {
+		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 to 1s", c.Linger))
+	}
+	return errors.Join(errs...)
+}
+
+// Producer writes pushed mutations to canon.mutations.
+type Producer struct {
+	cfg     Config
+	cl      *kgo.Client
+	limiter *limiter
+	m       *metrics
+}
+
+// New checks cfg and connects the Kafka producer client.
+func New(cfg Config) (*Producer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts, err := cfg.Kafka.Opts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts,
+		kgo.DefaultProduceTopic(cfg.Topics.Mutations),
+		// Idempotent (franz-go's default) with acks=all: a retried batch is
+		// written once, in order.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
+		// Keyed records go where Java's default partitioner puts them
+		// (murmur2), which is schemas.Partition.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka producer: %w", err)
+	}
+	return &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}, nil
+}
+
+// Close flushes and closes the Kafka client.
+func (p *Producer) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ProduceTimeout)
+	defer cancel()
+	_ = p.cl.Flush(ctx)
+	p.cl.Close()
+}
+
+// Mount adds the push endpoints to mux.
+func (p *Producer) Mount(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/projects/{org}/{project}/push", p.handlePush)
+	mux.HandleFunc("POST /replicache/v1/{org}/{project}/push", p.handleReplicachePush)
+}
+
+// Ready reports whether Kafka answers.
+func (p *Producer) Ready(ctx context.Context) error {
+	return p.cl.Ping(ctx)
+}
+
+// Written is where one pushed mutation was written.
+type Written struct {
+	Client    string `json:"client"`
+	ID        uint64 `json:"id"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// produce writes the mutations, all of one project, and waits for Kafka's
+// acknowledgement. The records of one request go to one partition in
+// order; the idempotent producer keeps that order through retries.
+func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [][]byte, received time.Time) ([]Written, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ProduceTimeout)
+	defer cancel()
+	recs := make([]*kgo.Record, len(ms))
+	for i, m := range ms {
+		recs[i] = &kgo.Record{
+			Key:       schemas.ProjectKey(m.Org, m.Project),
+			Value:     values[i],
+			Timestamp: received,
+			Headers:   []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}},
+		}
+	}
+	results := p.cl.ProduceSync(ctx, recs...)
+	if err := results.FirstErr(); err != nil {
+		return nil, err
+	}
+	out := make([]Written, len(recs))
+	for i, r := range recs {
+		out[i] = Written{Client: ms[i].Client, ID: ms[i].ID, Partition: r.Partition, Offset: r.Offset}
+	}
+	return out, nil
+}

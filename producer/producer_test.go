@@ -1,0 +1,295 @@
+package producer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/schemas"
+)
+
+type fixture struct {
+	t       *testing.T
+	brokers []string
+	names   kafka.TopicNames
+	keys    *auth.Keyset
+	srv     *httptest.Server
+	p       *Producer
+}
+
+func newFixture(t *testing.T, brokers []string, names kafka.TopicNames, mutate func(*Config)) *fixture {
+	t.Helper()
+	keys := auth.NewKeyset()
+	if err := keys.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Kafka: kafka.ClientConfig{Brokers: brokers}, Topics: names, Keys: keys.VerifyOnly()}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	mux := http.NewServeMux()
+	p.Mount(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &fixture{t: t, brokers: brokers, names: names, keys: keys, srv: srv, p: p}
+}
+
+func embedded(t *testing.T) ([]string, kafka.TopicNames) {
+	t.Helper()
+	emb, err := kafka.StartEmbedded(kafka.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(emb.Brokers()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	info, err := kafka.EnsureTopics(context.Background(), cl, kafka.TopicsConfig{Partitions: 6}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emb.Brokers(), info.Names
+}
+
+func (f *fixture) token(subject, org string, projects, scopes []string, ttl time.Duration) string {
+	c := auth.Claims{Org: org, Projects: projects, Scopes: scopes}
+	c.Subject = subject
+	tok, err := f.keys.Issue(c, ttl, time.Now())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tok
+}
+
+func (f *fixture) post(path, token, contentType, body string) (int, map[string]any, http.Header) {
+	f.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		f.t.Fatalf("%s: answer is not JSON: %q", path, raw)
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+// countRecords counts what is in a topic.
+func countRecords(t *testing.T, brokers []string, topic string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+func mutationJSON(client string, id uint64, name, args string) string {
+	return fmt.Sprintf(`{"client":%q,"id":%d,"name":%q,"args":%s}`, client, id, name, args)
+}
+
+// Every bad request gets its status, code and field, and nothing reaches
+// canon.mutations.
+func TestBadRequestsWriteNothing(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, func(c *Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.MaxBatch = 10
+		c.Limits = schemas.Limits{MaxArgsBytes: 8 << 10}
+	})
+	good := f.token("user:alice", "acme", []string{"roadmap"}, []string{auth.ScopeWrite}, time.Hour)
+	readOnly := f.token("user:alice", "acme", []string{"roadmap"}, []string{auth.ScopeRead}, time.Hour)
+	ec := auth.Claims{Org: "acme", Projects: []string{"roadmap"}, Scopes: []string{auth.ScopeWrite}}
+	ec.Subject = "user:alice"
+	expired, err := f.keys.Issue(ec, time.Hour, time.Now().Add(-2*time.Hour)) // issued two hours ago
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger := auth.NewKeyset()
+	_ = forger.Generate("k1")
+	fc := auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeAdmin}}
+	fc.Subject = "user:mallory"
+	forged, _ := forger.Issue(fc, time.Hour, time.Now())
+	otherOrg := f.token("user:alice", "globex", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+
+	one := `{"clientGroup":"g1","mutations":[` + mutationJSON("c1", 1, "item.put", `{"collection":"t","id":"a","data":1}`) + `]}`
+	many := make([]string, 11)
+	for i := range many {
+		many[i] = mutationJSON("c1", uint64(i+1), "item.put", `{}`)
+	}
+	const path = "/v1/projects/acme/roadmap/push"
+	tests := []struct {
+		name, path, token, ctype, body string
+		status                         int
+		code, field, message           string
+	}{
+		{"malformed JSON", path, good, "application/json", `{"clientGroup":`, 400, CodeMalformed, "", "not valid JSON"},
+		{"trailing data", path, good, "application/json", one + `{}`, 400, CodeMalformed, "", "after the JSON object"},
+		{"wrong type", path, good, "application/json", `{"clientGroup":7,"mutations":[]}`, 400, CodeInvalid, "clientGroup", "must be a string"},
+		{"id not an integer", path, good, "application/json", `{"clientGroup":"g","mutations":[{"client":"c","id":1.5,"name":"x","args":{}}]}`, 400, CodeInvalid, "mutations.id", "non-negative integer"},
+		{"id 0", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 0, "x", `{}`) + `]}`, 400, CodeInvalid, "mutations[0].id", ">= 1"},
+		{"ids not consecutive", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `,` + mutationJSON("c", 3, "x", `{}`) + `]}`, 400, CodeInvalid, "mutations[1].id", "increase by 1"},
+		{"unknown field", path, good, "application/json", `{"clientGroup":"g","mutatoins":[]}`, 400, CodeInvalid, "mutatoins", "unknown field"},
+		{"empty batch", path, good, "application/json", `{"clientGroup":"g","mutations":[]}`, 400, CodeEmptyBatch, "mutations", "no mutations"},
+		{"too many mutations", path, good, "application/json", `{"clientGroup":"g","mutations":[` + strings.Join(many, ",") + `]}`, 413, CodeTooLarge, "mutations", "over the limit of 10"},
+		{"oversized body", path, good, "application/json", `{"clientGroup":"g","x":"` + strings.Repeat("x", 70<<10) + `"}`, 413, CodeTooLarge, "", "over the limit of 65536 bytes"},
+		{"args over the limit", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `"`+strings.Repeat("a", 9<<10)+`"`) + `]}`, 413, CodeTooLarge, "mutations[0].args", "MaxArgsBytes"},
+		{"bad branch", path, good, "application/json", `{"branch":"no/slashes","clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, CodeInvalid, "branch", "not a valid branch"},
+		{"bad mutator name", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "9lives", `{}`) + `]}`, 400, CodeInvalid, "mutations[0].name", "valid mutator name"},
+		{"no client group", path, good, "application/json", `{"mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, CodeInvalid, "clientGroup", "empty"},
+		{"not JSON content", path, good, "text/plain", one, 415, CodeUnsupportedMedia, "", "not application/json"},
+		{"no token", path, "", "application/json", one, 401, CodeUnauthenticated, "", "no token"},
+		{"expired token", path, expired, "application/json", one, 401, CodeUnauthenticated, "", "expired"},
+		{"forged signature", path, forged, "application/json", one, 401, CodeUnauthenticated, "", "invalid token"},
+		{"wrong org", "/v1/projects/acme/roadmap/push", otherOrg, "application/json", one, 403, CodeForbidden, "", `for org "globex"`},
+		{"project outside the token", "/v1/projects/acme/budget/push", good, "application/json", one, 403, CodeForbidden, "", `does not reach project "budget"`},
+		{"read-only token", path, readOnly, "application/json", one, 403, CodeForbidden, "", "needs write"},
+		{"bad project name", "/v1/projects/acme/Road%20Map/push", good, "application/json", one, 400, CodeInvalid, "project", "not a valid name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, out, hdr := f.post(tt.path, tt.token, tt.ctype, tt.body)
+			e, _ := out["error"].(map[string]any)
+			if status != tt.status || e == nil || e["code"] != tt.code {
+				t.Fatalf("got %d %v, want %d %s", status, out, tt.status, tt.code)
+			}
+			if tt.field != "" && e["field"] != tt.field {
+				t.Errorf("field %v, want %s", e["field"], tt.field)
+			}
+			if msg, _ := e["message"].(string); !strings.Contains(msg, tt.message) {
+				t.Errorf("message %q does not say %q", msg, tt.message)
+			}
+			if status == 401 && hdr.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 0 {
+		t.Fatalf("%d records reached %s", n, names.Mutations)
+	}
+	// And a good push does reach it: the test could see records.
+	if status, out, _ := f.post(path, good, "application/json", one); status != 200 {
+		t.Fatalf("good push: %d %v", status, out)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 1 {
+		t.Fatalf("%d records after one good push", n)
+	}
+}
+
+func TestRateLimitPerPrincipal(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, func(c *Config) { c.Rate, c.Burst = 1, 3 })
+	alice := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	bob := f.token("user:bob", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	push := func(tok, client string, id int) (int, http.Header) {
+		body := `{"clientGroup":"g-` + client + `","mutations":[` + mutationJSON(client, uint64(id), "x", `{}`) + `]}`
+		status, _, hdr := f.post("/v1/projects/acme/roadmap/push", tok, "application/json", body)
+		return status, hdr
+	}
+	for i := 1; i <= 3; i++ {
+		if s, _ := push(alice, "a", i); s != 200 {
+			t.Fatalf("push %d within the burst: %d", i, s)
+		}
+	}
+	s, hdr := push(alice, "a", 4)
+	if s != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("over the rate: %d, Retry-After %q", s, hdr.Get("Retry-After"))
+	}
+	if s, _ := push(bob, "b", 1); s != 200 {
+		t.Fatalf("another principal is limited too: %d", s)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 4 {
+		t.Fatalf("%d records, want 4 (the refused push wrote nothing)", n)
+	}
+}
+
+func TestPushStampsAndPartitions(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "item.put", `{"collection":"t","id":"a","data":{"x":1}}`) + `,` +
+		mutationJSON("c", 2, "item.delete", `{"collection":"t","id":"a"}`) + `]}`
+	status, out, _ := f.post("/v1/projects/acme/roadmap/push", tok, "application/json", body)
+	if status != 200 {
+		t.Fatalf("%d %v", status, out)
+	}
+	ws := out["mutations"].([]any)
+	want := schemas.Partition([]byte("acme/roadmap"), 6)
+	for i, w := range ws {
+		m := w.(map[string]any)
+		if int32(m["partition"].(float64)) != want {
+			t.Fatalf("mutation %d on partition %v, Java's partitioner picks %d", i, m["partition"], want)
+		}
+	}
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Mutations), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fs := cl.PollRecords(ctx, 2)
+	recs := fs.Records()
+	if len(recs) != 2 {
+		t.Fatalf("%d records", len(recs))
+	}
+	for i, r := range recs {
+		m, err := schemas.DecodeMutation(string(r.Headers[0].Value), r.Value, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ID != uint64(i+1) || m.Principal != "user:alice" || m.ReceivedAt == 0 || m.Branch != "main" || !bytes.Equal(r.Key, []byte("acme/roadmap")) {
+			t.Fatalf("record %d: %+v key %q", i, m, r.Key)
+		}
+	}
+}
+
+func TestReplicachePush(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := `{"pushVersion":1,"clientGroupID":"cg-1","profileID":"p","schemaVersion":"","mutations":[` +
+		`{"clientID":"rc-1","id":1,"name":"item.put","args":{"collection":"t","id":"a","data":1},"timestamp":1732200000000.5}]}`
+	if status, out, _ := f.post("/replicache/v1/acme/roadmap/push?branch=main", tok, "application/json", body); status != 200 || len(out) != 0 {
+		t.Fatalf("%d %v", status, out)
+	}
+	status, out, _ := f.post("/replicache/v1/acme/roadmap/push", tok, "application/json", `{"pushVersion":0,"clientGroupID":"cg","mutations":[]}`)
+	if status != 200 || out["error"] != "VersionNotSupported" {
+		t.Fatalf("old push version: %d %v", status, out)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 1 {
+		t.Fatalf("%d records", n)
+	}
+}
