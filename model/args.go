@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,9 @@ func argErr(field, format string, a ...any) error {
 func parseArgs(raw json.RawMessage, fields ...string) (args, error) {
 	if firstByte(raw) != '{' {
 		return nil, &schemas.FieldError{Field: "args", Reason: fmt.Sprintf("must be a JSON object with the fields %s", strings.Join(fields, ", "))}
+	}
+	if a, ok := quickArgs(raw, fields); ok {
+		return a, nil
 	}
 	canon, err := Canonical(raw)
 	if err != nil {
@@ -55,6 +59,76 @@ func parseArgs(raw json.RawMessage, fields ...string) (args, error) {
 		return nil, &schemas.FieldError{Field: "args", Reason: it.err.Error()}
 	}
 	return a, nil
+}
+
+// quickArgs is parseArgs for the common args: an object, with or
+// without whitespace between its members, in any order, whose members are
+// distinct known fields with canonical values. It returns the members
+// sorted, which is what parseArgs finds in the canonical form, without
+// canonicalizing the whole; the values alias raw. ok is false for any
+// other args (unknown or repeated fields included), which parseArgs then
+// canonicalizes and checks in full.
+func quickArgs(raw []byte, fields []string) (a args, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	a = make(args, 0, len(fields))
+	if i = skipSpace(raw, i+1); i < len(raw) && raw[i] == '}' {
+		return a, skipSpace(raw, i+1) == len(raw)
+	}
+	for {
+		ks := i
+		ke, ok := canonicalStringEnd(raw, ks)
+		if !ok || !knownField(raw[ks+1:ke-1], fields) {
+			return nil, false
+		}
+		if i = skipSpace(raw, ke); i >= len(raw) || raw[i] != ':' {
+			return nil, false
+		}
+		vs := skipSpace(raw, i+1)
+		ve, ok := canonicalEnd(raw, vs, 1)
+		if !ok {
+			return nil, false
+		}
+		// Insert in order: field names are plain ASCII, ordered as bytes.
+		m := argMember{name: raw[ks:ke], val: raw[vs:ve]}
+		j := len(a)
+		for j > 0 && string(a[j-1].name) > string(m.name) {
+			j--
+		}
+		if j > 0 && string(a[j-1].name) == string(m.name) {
+			return nil, false // a repeated field: jcs reports it
+		}
+		a = slices.Insert(a, j, m)
+		if i = skipSpace(raw, ve); i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case '}':
+			return a, skipSpace(raw, i+1) == len(raw)
+		default:
+			return nil, false
+		}
+	}
+}
+
+func knownField(name []byte, fields []string) bool {
+	for _, f := range fields {
+		if string(name) == f {
+			return true
+		}
+	}
+	return false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
 }
 
 // get returns a field's canonical value; ok is false when it is absent.

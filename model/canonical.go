@@ -22,6 +22,10 @@ func Canonical(raw json.RawMessage) (json.RawMessage, error) {
 	if len(raw) == 0 {
 		return nil, errors.New("canonicalize JSON: empty input")
 	}
+	if isCanonical(raw) {
+		// Most values are canonical already: a copy, as jcs would make.
+		return clone(raw), nil
+	}
 	out, err := jcs.Transform(raw)
 	if err != nil {
 		return nil, fmt.Errorf("canonicalize JSON: %w", err)
@@ -33,7 +37,9 @@ func Canonical(raw json.RawMessage) (json.RawMessage, error) {
 // chunk): its SHA-256 in lower-case hex.
 func BodyHash(canonical []byte) string {
 	sum := sha256.Sum256(canonical)
-	return hex.EncodeToString(sum[:])
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:])
 }
 
 // isJSONNull reports whether a JSON text is the literal null.

@@ -303,3 +303,149 @@ func appendString(dst []byte, s string) []byte {
 	}
 	return append(dst, '"')
 }
+
+// maxQuickDepth bounds the nesting that isCanonical walks; deeper text
+// goes to jcs.
+const maxQuickDepth = 64
+
+// isCanonical reports whether b is canonical JSON as it is, as far as a
+// quick walk can tell without decoding: compact, members in order and
+// unique, strings with only the escapes jcs writes, and numbers that are
+// integers of at most 15 digits (jcs writes any other number through a
+// double). False may be canonical text it does not recognize, never the
+// reverse: Canonical then asks jcs.
+func isCanonical(b []byte) bool {
+	end, ok := canonicalEnd(b, 0, 0)
+	return ok && end == len(b)
+}
+
+// canonicalEnd returns the end of the canonical value that starts at b[i].
+func canonicalEnd(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c := b[i]; c {
+	case '"':
+		return canonicalStringEnd(b, i)
+	case '{', '[':
+		if depth >= maxQuickDepth {
+			return 0, false
+		}
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		i++
+		if i < len(b) && b[i] == closer {
+			return i + 1, true
+		}
+		var prev []byte
+		for {
+			if c == '{' {
+				ks := i
+				ke, ok := canonicalStringEnd(b, i)
+				if !ok || ke >= len(b) || b[ke] != ':' {
+					return 0, false
+				}
+				if prev != nil && compareNames(prev, b[ks:ke]) >= 0 {
+					return 0, false // out of order, or a duplicate
+				}
+				prev = b[ks:ke]
+				i = ke + 1
+			}
+			end, ok := canonicalEnd(b, i, depth+1)
+			if !ok || end >= len(b) {
+				return 0, false
+			}
+			switch b[end] {
+			case ',':
+				i = end + 1
+			case closer:
+				return end + 1, true
+			default:
+				return 0, false
+			}
+		}
+	case 't':
+		return literalEnd(b, i, "true")
+	case 'f':
+		return literalEnd(b, i, "false")
+	case 'n':
+		return literalEnd(b, i, "null")
+	}
+	// An integer: no leading zero, not -0, at most 15 digits (below 2^53,
+	// so the double jcs goes through writes it back as it is).
+	j := i
+	if b[j] == '-' {
+		j++
+	}
+	d := j
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	switch n := j - d; {
+	case n == 0 || n > 15:
+		return 0, false
+	case b[d] == '0' && (n > 1 || d > i):
+		return 0, false
+	case j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']':
+		return 0, false // a fraction, an exponent, or not a number
+	}
+	return j, true
+}
+
+func literalEnd(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// canonicalStringEnd returns the end of the string that starts at b[i]
+// if it is written as jcs writes it: valid UTF-8, '"' and '\' escaped,
+// control characters escaped with the short forms \b \f \n \r \t or as
+// \u00xx in lower case, and nothing else escaped.
+func canonicalStringEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	for j := i + 1; j < len(b); {
+		c := b[j]
+		switch {
+		case c == '"':
+			return j + 1, true
+		case c == '\\':
+			if j+1 >= len(b) {
+				return 0, false
+			}
+			switch b[j+1] {
+			case '"', '\\', 'b', 'f', 'n', 'r', 't':
+				j += 2
+			case 'u':
+				r, ok := hex4(b, j+2)
+				if !ok || r >= 0x20 || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t' {
+					return 0, false
+				}
+				for _, h := range b[j+2 : j+6] {
+					if h >= 'A' && h <= 'F' {
+						return 0, false
+					}
+				}
+				j += 6
+			default:
+				return 0, false
+			}
+		case c < 0x20:
+			return 0, false
+		case c < utf8.RuneSelf:
+			j++
+		default:
+			r, n := utf8.DecodeRune(b[j:])
+			if r == utf8.RuneError && n <= 1 {
+				return 0, false
+			}
+			j += n
+		}
+	}
+	return 0, false
+}

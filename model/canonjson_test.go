@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
 )
 
 var stringCases = []string{"", "plain", "quote\" backslash\\ slash/", "\b\f\n\r\t\x00\x01\x1f\x7f", "é😀ﬁ\u2028", "<&>"}
@@ -103,4 +105,74 @@ func TestValueEnd(t *testing.T) {
 			t.Errorf("valueEnd(%s) = %d, want an error", bad, end)
 		}
 	}
+}
+
+var canonicalCases = []struct {
+	in    string
+	quick bool // isCanonical recognizes it
+}{
+	{`{}`, true},
+	{`[]`, true},
+	{`{"a":1,"b":[true,false,null],"c":{"d":"e"}}`, true},
+	{`{"b":1,"a":2}`, false},                  // order
+	{`{"a":1,"a":2}`, false},                  // duplicate
+	{`{"a": 1}`, false},                       // whitespace
+	{` {"a":1}`, false},                       // whitespace
+	{`"\u001f\n\t\"\\é😀"`, true},              // the escapes jcs writes
+	{`"\u001F"`, false},                       // upper-case hex
+	{`"\u0008"`, false},                       // \b has a short form
+	{`"\u0041"`, false},                       // A needs no escape
+	{`"\/"`, false},                           // nor does /
+	{"\"\x01\"", false},                       // a raw control character: invalid
+	{"\"\xff\"", false},                       // invalid UTF-8
+	{"\"\xed\xa0\x80\"", false},               // a surrogate in UTF-8
+	{`0`, true},                               // numbers
+	{`-0`, false},                             // jcs writes 0
+	{`-12`, true},                             //
+	{`123456789012345`, true},                 //
+	{`1234567890123456`, false},               // beyond 15 digits: through a double
+	{`1.5`, false},                            // fractions and exponents: jcs decides
+	{`1e2`, false},                            //
+	{`01`, false},                             //
+	{`[1,2,]`, false},                         //
+	{`{"a":1}x`, false},                       //
+	{`{"\u00e9":1,"z":2}`, false},             // é need not be escaped
+	{`{"z":1,"é":2,"😀":3,"\uffff":4}`, false}, // order by UTF-16: 😀 before U+FFFF
+	{`{"z":1,"é":2,"😀":3,"` + "\uffff" + `":4}`, true},
+	{`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`, false}, // deeper than maxQuickDepth
+}
+
+// isCanonical accepts only text that jcs leaves as it is.
+func TestIsCanonical(t *testing.T) {
+	for _, tc := range canonicalCases {
+		if got := isCanonical([]byte(tc.in)); got != tc.quick {
+			t.Errorf("isCanonical(%s) = %v, want %v", tc.in, got, tc.quick)
+		}
+		checkCanonical(t, []byte(tc.in))
+	}
+}
+
+// checkCanonical checks isCanonical and Canonical against jcs.
+func checkCanonical(t *testing.T, in []byte) {
+	t.Helper()
+	want, werr := jcs.Transform(in)
+	if isCanonical(in) && (werr != nil || string(want) != string(in)) {
+		t.Errorf("isCanonical(%q), but jcs gives %q, %v", in, want, werr)
+	}
+	got, err := Canonical(in)
+	if (err == nil) != (werr == nil) || err == nil && string(got) != string(want) {
+		t.Errorf("Canonical(%q) = %q, %v; jcs %q, %v", in, got, err, want, werr)
+	}
+}
+
+func FuzzCanonical(f *testing.F) {
+	for _, tc := range canonicalCases {
+		f.Add([]byte(tc.in))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 {
+			return
+		}
+		checkCanonical(t, in)
+	})
 }

@@ -34,6 +34,10 @@ type Decider struct {
 
 	branches map[branchKey]*branchState
 	projects map[projectKey]*projectState
+
+	// spare holds the overlay's branch states after a Reset, emptied, for
+	// the next batch to reuse with their maps and slices.
+	spare []*branchState
 }
 
 type branchKey struct{ org, project, branch string }
@@ -107,8 +111,52 @@ func NewDecider(r Reader, reg *Registry, limits schemas.Limits) *Decider {
 // it once the decided batch is in the store (the Reader), or when the
 // batch was abandoned (aborted transaction, or an error of Decide).
 func (d *Decider) Reset() {
-	clear(d.branches)
-	clear(d.projects)
+	for k, bs := range d.branches {
+		delete(d.branches, k)
+		if len(d.spare) < maxSpareBranches && bs.empty() {
+			d.spare = append(d.spare, bs)
+		}
+	}
+	for k, ps := range d.projects {
+		if len(d.projects) > maxKeptProjects || !ps.empty() {
+			delete(d.projects, k)
+		}
+	}
+}
+
+// The overlay's objects are reused after a Reset, emptied, unless they
+// grew large or there are many.
+const (
+	maxSpareBranches = 64
+	maxKeptProjects  = 64
+	maxReusedEntries = 1 << 10
+)
+
+// empty empties a branch state for reuse, keeping the capacity of its
+// maps and slices; false if it is too large to keep.
+func (bs *branchState) empty() bool {
+	if len(bs.items) > maxReusedEntries || len(bs.lastIDs) > maxReusedEntries || cap(bs.heads) > maxReusedEntries {
+		return false
+	}
+	for k, es := range bs.items {
+		clear(es) // no references to old bodies
+		bs.items[k] = es[:0]
+	}
+	clear(bs.lastIDs)
+	clear(bs.heads)
+	*bs = branchState{items: bs.items, lastIDs: bs.lastIDs, heads: bs.heads[:0]}
+	return true
+}
+
+// empty empties a project state for reuse; false if it is too large to
+// keep.
+func (ps *projectState) empty() bool {
+	if len(ps.chunks) > maxReusedEntries || len(ps.bodies) > maxReusedEntries {
+		return false
+	}
+	clear(ps.chunks)
+	clear(ps.bodies)
+	return true
 }
 
 // Decide decides one mutation, the next in canonical order, and adds its
@@ -252,6 +300,7 @@ func (d *Decider) collect(t *tx) (collected, error) {
 		}
 		c.scalars = t.scalars
 	}
+	c.items = t.written[:0]
 	for _, it := range t.items {
 		if it.written && (it.origOK || it.curOK) { // not read only, not created and deleted
 			c.items = append(c.items, it)
@@ -294,7 +343,12 @@ func (d *Decider) chunkItem(k branchKey, ps *projectState, st *itemState, out *[
 	if st.chunks != nil {
 		return nil // a known body: its chunks are stored or produced
 	}
-	parts := SplitBody(st.body)
+	var parts [][]byte
+	if len(st.body) <= ChunkMinSize {
+		parts = [][]byte{st.body} // SplitBody's answer, without its allocation
+	} else {
+		parts = SplitBody(st.body)
+	}
 	hashes := make([]string, len(parts))
 	for i, p := range parts {
 		h := st.hash // a one-chunk body is its own chunk
@@ -381,7 +435,14 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 	bs.head = v
 	bs.heads = append(bs.heads, headSnap{scalars: bs.scalars, state: bs.state, stateHash: bs.stateHash})
 	bs.lastIDs[m.Client] = m.ID
-	dec.Version = &schemas.Version{
+	// The version and its one outcome in one allocation.
+	vo := new(struct {
+		v   schemas.Version
+		out [1]schemas.Outcome
+	})
+	vo.out[0] = out
+	dec.Version = &vo.v
+	*dec.Version = schemas.Version{
 		Org:       m.Org,
 		Project:   m.Project,
 		Branch:    branch,
@@ -390,7 +451,7 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 		TS:        rec.Timestamp.UnixMilli(),
 		Scalars:   bs.scalars,
 		Items:     items,
-		Mutations: []schemas.Outcome{out},
+		Mutations: vo.out[:],
 		LastIDs:   map[string]uint64{m.Client: m.ID},
 		StateHash: bs.stateHash,
 		Source:    schemas.SourceRef{Partition: rec.Partition, Offset: rec.Offset},
@@ -434,12 +495,17 @@ func (d *Decider) apply(bs *branchState, v uint64, c *collected) {
 	changed := c.scalars != nil
 	for _, it := range c.items {
 		if it.origOK {
-			bs.state.Remove(schemas.ItemDigest(it.key.collection, it.key.id, it.orig.meta, it.orig.hash))
+			d := it.orig.digest // orig is the overlay's entry, or from the Reader
+			if !it.orig.hasDigest {
+				d = schemas.ItemDigest(it.key.collection, it.key.id, it.orig.meta, it.orig.hash)
+			}
+			bs.state.Remove(d)
 		}
 		st := it.cur
 		st.version = v
 		if it.curOK {
-			bs.state.Add(schemas.ItemDigest(it.key.collection, it.key.id, st.meta, st.hash))
+			st.digest, st.hasDigest = schemas.ItemDigest(it.key.collection, it.key.id, st.meta, st.hash), true
+			bs.state.Add(st.digest)
 			ps.bodies[st.hash] = st.chunks
 		} else {
 			st.deleted = true
@@ -575,15 +641,13 @@ func (d *Decider) branch(k branchKey) (*branchState, error) {
 	if scalars == nil {
 		scalars = map[string]json.RawMessage{}
 	}
-	bs := &branchState{
-		key:       k,
-		committed: h.Version,
-		head:      h.Version,
-		scalars:   scalars,
-		state:     h.State,
-		items:     make(map[itemKey][]itemState),
-		lastIDs:   make(map[string]uint64),
+	var bs *branchState
+	if n := len(d.spare); n > 0 {
+		bs, d.spare = d.spare[n-1], d.spare[:n-1]
+	} else {
+		bs = &branchState{items: make(map[itemKey][]itemState), lastIDs: make(map[string]uint64)}
 	}
+	bs.key, bs.committed, bs.head, bs.scalars, bs.state = k, h.Version, h.Version, scalars, h.State
 	d.branches[k] = bs
 	return bs, nil
 }

@@ -23,6 +23,10 @@ type itemState struct {
 	size    int64
 	chunks  []string // nil until known
 	body    []byte   // canonical; nil until loaded
+	// digest is the item's state digest, set on the overlay's entries
+	// (Decider.apply) for when they are replaced.
+	digest    [32]byte
+	hasDigest bool
 }
 
 // txItem is an item a mutation touched: its state before the mutation and
@@ -62,6 +66,13 @@ type tx struct {
 
 	items []*txItem
 	index map[itemKey]*txItem // once items is long
+
+	// Most mutations touch an item or two: their txItems, and the lists
+	// of them, live in the tx rather than in allocations of their own.
+	inline  [1]txItem
+	nInline int
+	itemBuf [4]*txItem
+	written [4]*txItem // for Decider.collect
 
 	// err is the first Reader failure: the mutation is then not decided
 	// at all, whatever the mutator made of the error.
@@ -246,7 +257,17 @@ func (t *tx) item(collection, id string) (*txItem, error) {
 		t.err = err
 		return nil, err
 	}
-	it := &txItem{key: k, orig: st, origOK: ok, cur: st, curOK: ok}
+	var it *txItem
+	if t.nInline < len(t.inline) {
+		it = &t.inline[t.nInline]
+		t.nInline++
+	} else {
+		it = new(txItem)
+	}
+	*it = txItem{key: k, orig: st, origOK: ok, cur: st, curOK: ok}
+	if t.items == nil {
+		t.items = t.itemBuf[:0]
+	}
 	t.items = append(t.items, it)
 	if t.index == nil && len(t.items) > 16 {
 		t.index = make(map[itemKey]*txItem, 32)

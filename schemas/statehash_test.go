@@ -1,10 +1,15 @@
 package schemas
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"math/big"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 func TestStateHasherIsASetHash(t *testing.T) {
@@ -68,5 +73,71 @@ func TestStateHashCoversScalarsAndItems(t *testing.T) {
 	}
 	if ItemDigest("ab", "c", nil, "") == ItemDigest("a", "bc", nil, "") {
 		t.Fatal("item digest is ambiguous across field boundaries")
+	}
+}
+
+// referenceStateHash is the definition of the state hash, without the
+// quick paths of ItemDigest and StateHash.
+func referenceStateHash(s StateHasher, scalars map[string]json.RawMessage) (string, error) {
+	if scalars == nil {
+		scalars = map[string]json.RawMessage{}
+	}
+	raw, err := json.Marshal(scalars)
+	if err != nil {
+		return "", err
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte("canon-state/v1\x00"))
+	sc := sha256.Sum256(canon)
+	h.Write(sc[:])
+	h.Write(s.Sum[:])
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func referenceItemDigest(collection, id string, meta []byte, bodyHash string) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(collection), []byte(id), meta, []byte(bodyHash)} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// The quick paths hash what the definition hashes: scalars written
+// without canonicalizing when they can be, parts hashed in one piece.
+func TestStateHashMatchesDefinition(t *testing.T) {
+	values := []string{`1`, `-7`, `0`, `"x"`, `"é😀<&>"`, `true`, `null`, `1.50`, `1e3`, `"a\u0041"`, `{"b":1,"a":[2, 3]}`, `[]`, `12345678901234567`}
+	names := []string{"a", "b", "name", "Z", "a_1", "é", "x\"y"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var s StateHasher
+	for i := range 500 {
+		sc := map[string]json.RawMessage{}
+		for range rng.IntN(6) {
+			sc[names[rng.IntN(len(names))]] = json.RawMessage(values[rng.IntN(len(values))])
+		}
+		if i%7 == 0 {
+			sc = nil
+		}
+		got, err := s.StateHash(sc)
+		want, werr := referenceStateHash(s, sc)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Fatalf("StateHash(%s) = %s, %v; want %s, %v", sc, got, err, want, werr)
+		}
+		meta := make([]byte, rng.IntN(3)*300)
+		if d, w := ItemDigest("c", names[i%len(names)], meta, values[i%len(values)]), referenceItemDigest("c", names[i%len(names)], meta, values[i%len(values)]); d != w {
+			t.Fatalf("ItemDigest differs for meta of %d bytes", len(meta))
+		}
+		s.Add([32]byte{byte(i)})
+	}
+	if _, err := s.StateHash(map[string]json.RawMessage{"a": json.RawMessage(`{`)}); err == nil {
+		t.Fatal("invalid scalars hash")
 	}
 }

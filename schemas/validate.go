@@ -206,17 +206,7 @@ func checkScalar(name string, val json.RawMessage) (int, error) {
 // error if v is not JSON jcs can canonicalize. Short strings, literals and
 // small integers, most scalars, are their own canonical form.
 func canonicalLen(v []byte) (int, error) {
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		s := v[1 : len(v)-1]
-		if bytes.IndexByte(s, '\\') < 0 && bytes.IndexByte(s, '"') < 0 && utf8.Valid(s) && !hasControl(s) {
-			return len(v), nil
-		}
-	}
-	switch string(v) {
-	case "true", "false", "null":
-		return len(v), nil
-	}
-	if smallInteger(v) {
+	if canonicalAsIs(v) {
 		return len(v), nil
 	}
 	if len(v) == 0 {
@@ -227,6 +217,23 @@ func canonicalLen(v []byte) (int, error) {
 		return 0, err
 	}
 	return len(c), nil
+}
+
+// canonicalAsIs reports whether v is one of the values that are their own
+// canonical form at a glance: a string without escapes or control
+// characters, a literal, or a small integer.
+func canonicalAsIs(v []byte) bool {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		s := v[1 : len(v)-1]
+		if bytes.IndexByte(s, '\\') < 0 && bytes.IndexByte(s, '"') < 0 && utf8.Valid(s) && !hasControl(s) {
+			return true
+		}
+	}
+	switch string(v) {
+	case "true", "false", "null":
+		return true
+	}
+	return smallInteger(v)
 }
 
 func hasControl(s []byte) bool {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -47,13 +46,27 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 	if nextOffset < 0 {
 		return fmt.Errorf("%w: next offset %d of partition %d is negative", ErrInvalid, nextOffset, partition)
 	}
-	s.locks[partition].Lock()
-	defer s.locks[partition].Unlock()
+	ps := &s.parts[partition]
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 
-	// An indexed batch reads its own writes: versions may build on earlier
-	// ones of the same call.
-	b := s.db.NewIndexedBatch()
+	// Records read back what earlier records of the call wrote through the
+	// applier, which keeps it in memory, and everything else from the
+	// database. Only a version that starts a branch from a base scans the
+	// base's entries, which the call may have written: then the batch is
+	// indexed, so that it reads its own writes.
+	var b *pebble.Batch
+	var reader pebble.Reader = s.db
+	if copiesBase(recs) {
+		b = s.db.NewIndexedBatch()
+		reader = b
+	} else {
+		b = s.db.NewBatch()
+	}
 	defer b.Close()
+	a := ps.applier(s, partition, b, reader)
+	defer a.reset()
+
 	for i, r := range recs {
 		if (r.Chunk == nil) == (r.Version == nil) {
 			return fmt.Errorf("apply record %d of partition %d: %w: exactly one of Chunk and Version must be set", i, partition, ErrInvalid)
@@ -61,7 +74,7 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 		if r.Chunk == nil {
 			continue
 		}
-		if err := s.applyChunk(b, partition, r.Chunk); err != nil {
+		if err := a.applyChunk(r.Chunk); err != nil {
 			return fmt.Errorf("apply record %d of partition %d: chunk %s of %s/%s: %w", i, partition, r.Chunk.Hash, r.Chunk.Org, r.Chunk.Project, err)
 		}
 	}
@@ -70,32 +83,120 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 			continue
 		}
 		v := r.Version
-		if err := s.applyVersion(b, partition, v); err != nil {
+		if err := a.applyVersion(v); err != nil {
 			return fmt.Errorf("apply record %d of partition %d: version %d of %s/%s branch %s: %w", i, partition, v.Version, v.Org, v.Project, v.Branch, err)
 		}
 	}
-	ok := offsetKey(partition)
-	cur, found, err := getOffset(b, ok)
-	if err != nil {
+	offset, found := ps.offset, ps.offsetFound
+	if !ps.offsetKnown {
+		var err error
+		if offset, found, err = getOffset(s.db, offsetKey(partition)); err != nil {
+			return fmt.Errorf("apply to partition %d: %w", partition, err)
+		}
+	}
+	if err := a.flush(); err != nil {
 		return fmt.Errorf("apply to partition %d: %w", partition, err)
 	}
-	if !found || nextOffset > cur {
-		if err := b.Set(ok, encodeUint64(uint64(nextOffset)), nil); err != nil {
+	if !found || nextOffset > offset {
+		offset = nextOffset
+		if err := b.Set(offsetKey(partition), encodeUint64(uint64(nextOffset)), nil); err != nil {
 			return fmt.Errorf("apply to partition %d: %w", partition, err)
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
+		// The batch may or may not have reached the database.
+		ps.forget()
 		return fmt.Errorf("commit %d records and offset %d of partition %d: %w", len(recs), nextOffset, partition, err)
 	}
+	ps.committed(a, offset)
 	return nil
 }
 
-func (s *Store) applyChunk(b *pebble.Batch, p int32, c *schemas.Chunk) error {
-	if err := validateProject(c.Org, c.Project); err != nil {
-		return err
+// copiesBase reports whether a record is a version that starts a branch
+// from a base.
+func copiesBase(recs []Record) bool {
+	for _, r := range recs {
+		if r.Version != nil && r.Version.Base != nil {
+			return true
+		}
 	}
-	if q := s.PartitionOf(c.Org, c.Project); q != p {
-		return fmt.Errorf("%w: the project is in partition %d", ErrWrongPartition, q)
+	return false
+}
+
+// applier is the state of one Apply: the batch, and what the records
+// applied so far wrote (branch heads, latest entries, chunks, manifests),
+// which later records of the call read from here, not from the batch.
+//
+// The keys that each version overwrites, its branch's head, the latest
+// entries of its items and its clients' last ids, are written once per
+// call, with their final values (flush), rather than once per version: a
+// batch of versions of one branch then writes one head, not one per
+// version.
+type applier struct {
+	s *Store
+	p int32
+	b *pebble.Batch
+	// r reads the committed data (or the indexed batch).
+	r pebble.Reader
+
+	heads     map[branchID]*branchHead
+	latest    map[itemID]latestItem
+	lastIDs   map[lastIDID]uint64 // to write
+	chunks    map[blobID][]byte   // chunks of the call, checked against their hash
+	manifests map[blobID]manifest
+
+	// The last project found valid and in the partition.
+	org, project string
+
+	// Reused buffers for keys, values and chunk lists: a batch copies what
+	// it is given.
+	k1, k2, val []byte
+	hashes      [][32]byte
+}
+
+type branchID struct{ org, project, branch string }
+
+type itemID struct{ org, project, branch, collection, id string }
+
+type lastIDID struct{ org, project, branch, client string }
+
+type blobID struct {
+	org, project string
+	hash         [32]byte
+}
+
+// branchHead is a branch's head as of the records applied so far.
+type branchHead struct {
+	headSummary
+	// hashes are the state hashes of the versions from..version, which the
+	// call applied: a duplicate of one of them is checked against them.
+	from   uint64
+	hashes [][32]byte
+	// flushed is how many of them were when the head was last written.
+	flushed uint64
+}
+
+// headSummary is what applying a version needs of its branch's head.
+type headSummary struct {
+	version   uint64 // 0: the branch has no version
+	sum       schemas.StateHasher
+	stateHash [32]byte
+}
+
+// latestItem is an item's latest entry as far as the state hash goes,
+// and, when it was written by the call and not yet flushed, the change
+// and version that made it.
+type latestItem struct {
+	exists  bool
+	digest  [32]byte
+	dirty   bool
+	change  *schemas.ItemChange // a put, or nil for a deletion
+	version uint64
+}
+
+func (a *applier) applyChunk(c *schemas.Chunk) error {
+	if err := a.checkProject(c.Org, c.Project); err != nil {
+		return err
 	}
 	h, err := parseHash("hash", c.Hash)
 	if err != nil {
@@ -104,90 +205,100 @@ func (s *Store) applyChunk(b *pebble.Batch, p int32, c *schemas.Chunk) error {
 	if sha256.Sum256(c.Data) != h {
 		return fmt.Errorf("%w: data of %d bytes does not hash to %s", ErrInvalid, len(c.Data), c.Hash)
 	}
-	return b.Set(chunkKey(p, c.Org, c.Project, h), c.Data, nil)
+	a.chunks[blobID{c.Org, c.Project, h}] = c.Data
+	a.k1 = appendChunkKey(a.k1[:0], a.p, c.Org, c.Project, h)
+	return a.b.Set(a.k1, c.Data, nil)
 }
 
-func (s *Store) applyVersion(b *pebble.Batch, p int32, v *schemas.Version) error {
+// checkProject checks that a project's names are valid and that it is in
+// the partition.
+func (a *applier) checkProject(org, project string) error {
+	if org == a.org && project == a.project {
+		return nil
+	}
+	if err := validateProject(org, project); err != nil {
+		return err
+	}
+	if q := a.s.PartitionOf(org, project); q != a.p {
+		return fmt.Errorf("%w: the project is in partition %d", ErrWrongPartition, q)
+	}
+	a.org, a.project = org, project
+	return nil
+}
+
+func (a *applier) applyVersion(v *schemas.Version) error {
 	if err := validateVersion(v); err != nil {
 		return err
 	}
-	if q := s.PartitionOf(v.Org, v.Project); q != p {
-		return fmt.Errorf("%w: the project is in partition %d", ErrWrongPartition, q)
-	}
-	org, project, branch := v.Org, v.Project, v.Branch
-	vk := versionKey(p, org, project, branch, v.Version)
-	var h versionHeader
-	if found, err := view(b, vk, func(raw []byte) (err error) {
-		h, _, err = decodeVersionHeader(raw)
+	if err := a.checkProject(v.Org, v.Project); err != nil {
 		return err
-	}); err != nil {
-		return err
-	} else if found {
-		if stored := hex.EncodeToString(h.stateHash[:]); stored != v.StateHash {
-			return fmt.Errorf("%w: two different payloads for version %d: stored state hash %s, record %s", ErrConflict, v.Version, stored, v.StateHash)
-		}
-		return nil // already applied
 	}
-	head, err := readHead(b, p, org, project, branch)
+	p, org, project, branch := a.p, v.Org, v.Project, v.Branch
+	bh, err := a.branch(org, project, branch)
 	if err != nil {
 		return err
 	}
-	if v.Parent != head {
-		return fmt.Errorf("%w: expected version %d (parent %d, the branch head), got version %d with parent %d", ErrGap, head+1, head, v.Version, v.Parent)
-	}
-
-	var sum schemas.StateHasher
-	switch {
-	case v.Base != nil:
-		if sum, err = s.copyBase(b, p, v); err != nil {
-			return err
-		}
-	case head > 0:
-		h, err := readVersionHeader(b, p, org, project, branch, head)
+	// A branch holds its versions 1..head and no other.
+	if v.Version <= bh.version {
+		stored, err := a.stateHashOf(bh, org, project, branch, v.Version)
 		if err != nil {
 			return err
 		}
-		sum = h.sum
+		if !hashIs(stored, v.StateHash) {
+			return fmt.Errorf("%w: two different payloads for version %d: stored state hash %x, record %s", ErrConflict, v.Version, stored, v.StateHash)
+		}
+		return nil // already applied
+	}
+	if v.Parent != bh.version {
+		return fmt.Errorf("%w: expected version %d (parent %d, the branch head), got version %d with parent %d", ErrGap, bh.version+1, bh.version, v.Version, v.Parent)
+	}
+
+	sum := bh.sum
+	if v.Base != nil {
+		if sum, err = a.copyBase(v); err != nil {
+			return err
+		}
 	}
 
 	for i := range v.Items {
 		c := &v.Items[i]
-		lk := latestKey(p, org, project, branch, c.Collection, c.ID)
-		old, found, err := readEntry(b, lk)
+		id := itemID{org, project, branch, c.Collection, c.ID}
+		old, err := a.latestItem(id)
 		if err != nil {
 			return err
 		}
-		if found {
-			sum.Remove(old.digest(c.Collection, c.ID))
+		if old.exists {
+			sum.Remove(old.digest)
 		}
-		ik := itemKey(p, org, project, branch, c.Collection, c.ID, v.Version)
 		if c.Op == schemas.OpDelete {
-			if !found {
+			if !old.exists {
 				return fmt.Errorf("%w: item %s/%s is deleted but does not exist", ErrInvalid, c.Collection, c.ID)
 			}
-			if err := b.Set(ik, (&entry{deleted: true}).encode(), nil); err != nil {
+			a.k1 = appendItemKey(a.k1[:0], p, org, project, branch, c.Collection, c.ID, v.Version)
+			if err := a.b.Set(a.k1, []byte{entryTombstone}, nil); err != nil {
 				return err
 			}
-			if err := b.Delete(lk, nil); err != nil {
-				return err
-			}
+			a.latest[id] = latestItem{dirty: true}
 			continue
 		}
 		e := entry{version: v.Version, meta: c.Meta, size: c.Size}
-		e.hash, _ = parseHash("", c.Hash) // validated
-		e.chunks = make([][32]byte, len(c.Chunks))
-		for j, ch := range c.Chunks {
-			e.chunks[j], _ = parseHash("", ch)
+		e.hash, _ = decodeHex32(c.Hash) // validated
+		a.hashes = a.hashes[:0]
+		for _, ch := range c.Chunks {
+			h, _ := decodeHex32(ch)
+			a.hashes = append(a.hashes, h)
 		}
-		if err := s.putManifest(b, p, org, project, &e); err != nil {
+		e.chunks = a.hashes
+		if err := a.putManifest(org, project, &e); err != nil {
 			return fmt.Errorf("item %s/%s: %w", c.Collection, c.ID, err)
 		}
-		sum.Add(e.digest(c.Collection, c.ID))
-		enc := e.encode()
-		if err := b.Set(ik, enc, nil); err != nil {
-			return err
-		}
-		if err := b.Set(lk, enc, nil); err != nil {
+		// c.Hash is the lower-case hex of e.hash: the digest of the entry.
+		d := schemas.ItemDigest(c.Collection, c.ID, c.Meta, c.Hash)
+		sum.Add(d)
+		a.latest[id] = latestItem{exists: true, digest: d, dirty: true, change: c, version: v.Version}
+		a.val = e.appendTo(a.val[:0])
+		a.k1 = appendItemKey(a.k1[:0], p, org, project, branch, c.Collection, c.ID, v.Version)
+		if err := a.b.Set(a.k1, a.val, nil); err != nil {
 			return err
 		}
 	}
@@ -199,123 +310,294 @@ func (s *Store) applyVersion(b *pebble.Batch, p int32, v *schemas.Version) error
 	if computed != v.StateHash {
 		return fmt.Errorf("%w: the record says %q, the store computes %s", ErrStateHash, v.StateHash, computed)
 	}
-	stateHash, _ := parseHash("", computed)
-	rec, err := encodeVersionRecord(v, sum, stateHash)
-	if err != nil {
-		return err
-	}
-	if err := b.Set(vk, rec, nil); err != nil {
-		return err
-	}
-	if err := b.Set(headKey(p, org, project, branch), encodeUint64(v.Version), nil); err != nil {
+	stateHash, _ := decodeHex32(computed)
+	a.val = appendVersionRecord(a.val[:0], v, sum, stateHash)
+	a.k1 = appendVersionKey(a.k1[:0], p, org, project, branch, v.Version)
+	if err := a.b.Set(a.k1, a.val, nil); err != nil {
 		return err
 	}
 	for i, m := range v.Mutations {
 		if ref := m.ArgsRef; ref != nil {
 			// Large args are a blob of the project, readable by hash.
-			e := entry{size: ref.Size, chunks: make([][32]byte, len(ref.Chunks))}
+			e := entry{size: ref.Size}
 			var err error
 			if e.hash, err = parseHash(fmt.Sprintf("mutations[%d].argsRef.hash", i), ref.Hash); err != nil {
 				return err
 			}
+			a.hashes = a.hashes[:0]
 			for j, ch := range ref.Chunks {
-				if e.chunks[j], err = parseHash(fmt.Sprintf("mutations[%d].argsRef.chunks[%d]", i, j), ch); err != nil {
+				h, err := parseHash(fmt.Sprintf("mutations[%d].argsRef.chunks[%d]", i, j), ch)
+				if err != nil {
 					return err
 				}
+				a.hashes = append(a.hashes, h)
 			}
-			if err := s.putManifest(b, p, org, project, &e); err != nil {
+			e.chunks = a.hashes
+			if err := a.putManifest(org, project, &e); err != nil {
 				return fmt.Errorf("args of mutation %d of client %s: %w", m.ID, m.Client, err)
 			}
 		}
 		st := MutationStatus{Version: v.Version, Status: m.Status, Error: m.Error}
-		if err := b.Set(mutationKey(p, org, project, branch, m.Client, m.ID), st.encode(), nil); err != nil {
+		a.val = st.appendTo(a.val[:0])
+		a.k1 = appendMutationKey(a.k1[:0], p, org, project, branch, m.Client, m.ID)
+		if err := a.b.Set(a.k1, a.val, nil); err != nil {
 			return err
 		}
 	}
 	for client, id := range v.LastIDs {
-		if err := b.Set(lastIDKey(p, org, project, branch, client), encodeUint64(id), nil); err != nil {
+		a.lastIDs[lastIDID{org, project, branch, client}] = id
+	}
+	bh.version, bh.sum, bh.stateHash = v.Version, sum, stateHash
+	bh.hashes = append(bh.hashes, stateHash)
+	return nil
+}
+
+// flush writes the heads, latest entries and last ids the call changed
+// since the last flush.
+func (a *applier) flush() error {
+	for id, bh := range a.heads {
+		if uint64(len(bh.hashes)) == bh.flushed {
+			continue // no version applied since the last flush
+		}
+		bh.flushed = uint64(len(bh.hashes))
+		a.val = binary.BigEndian.AppendUint64(a.val[:0], bh.version)
+		a.k1 = appendHeadKey(a.k1[:0], a.p, id.org, id.project, id.branch)
+		if err := a.b.Set(a.k1, a.val, nil); err != nil {
 			return err
 		}
 	}
+	for id, li := range a.latest {
+		if !li.dirty {
+			continue
+		}
+		a.k1 = appendLatestKey(a.k1[:0], a.p, id.org, id.project, id.branch, id.collection, id.id)
+		if !li.exists {
+			if err := a.b.Delete(a.k1, nil); err != nil {
+				return err
+			}
+		} else {
+			c := li.change
+			e := entry{version: li.version, meta: c.Meta, size: c.Size}
+			e.hash, _ = decodeHex32(c.Hash) // validated
+			a.hashes = a.hashes[:0]
+			for _, ch := range c.Chunks {
+				h, _ := decodeHex32(ch)
+				a.hashes = append(a.hashes, h)
+			}
+			e.chunks = a.hashes
+			a.val = e.appendTo(a.val[:0])
+			if err := a.b.Set(a.k1, a.val, nil); err != nil {
+				return err
+			}
+		}
+		li.dirty, li.change = false, nil
+		a.latest[id] = li
+	}
+	for id, last := range a.lastIDs {
+		a.val = binary.BigEndian.AppendUint64(a.val[:0], last)
+		a.k1 = appendLastIDKey(a.k1[:0], a.p, id.org, id.project, id.branch, id.client)
+		if err := a.b.Set(a.k1, a.val, nil); err != nil {
+			return err
+		}
+	}
+	clear(a.lastIDs)
 	return nil
+}
+
+// branch returns a branch's head as of the records applied so far: from
+// the call, else from what the partition remembers of earlier calls, else
+// from the database (head and version header).
+func (a *applier) branch(org, project, branch string) (*branchHead, error) {
+	id := branchID{org, project, branch}
+	if bh := a.heads[id]; bh != nil {
+		return bh, nil
+	}
+	bh := &branchHead{}
+	if h, ok := a.s.parts[a.p].heads[id]; ok {
+		bh.headSummary = h
+	} else {
+		head, err := readHead(a.r, a.p, org, project, branch)
+		if err != nil {
+			return nil, err
+		}
+		if head > 0 {
+			h, err := readVersionHeader(a.r, a.p, org, project, branch, head)
+			if err != nil {
+				return nil, err
+			}
+			bh.version, bh.sum, bh.stateHash = head, h.sum, h.stateHash
+		}
+	}
+	bh.from = bh.version + 1
+	a.heads[id] = bh
+	return bh, nil
+}
+
+// stateHashOf is the stored state hash of version v <= bh.version.
+func (a *applier) stateHashOf(bh *branchHead, org, project, branch string, v uint64) ([32]byte, error) {
+	switch {
+	case v == bh.version:
+		return bh.stateHash, nil
+	case v >= bh.from:
+		return bh.hashes[v-bh.from], nil
+	}
+	h, err := readVersionHeader(a.r, a.p, org, project, branch, v)
+	return h.stateHash, err
+}
+
+// latestItem returns an item's latest entry as of the records applied so
+// far: from the call, else from what the partition remembers of earlier
+// calls, else from the database.
+func (a *applier) latestItem(id itemID) (latestItem, error) {
+	if li, ok := a.latest[id]; ok {
+		return li, nil
+	}
+	if li, ok := a.s.parts[a.p].latest[id]; ok {
+		return li, nil
+	}
+	a.k2 = appendLatestKey(a.k2[:0], a.p, id.org, id.project, id.branch, id.collection, id.id)
+	var li latestItem
+	_, err := view(a.r, a.k2, func(raw []byte) error {
+		// Decoded in place: only the meta and the body hash matter here.
+		e, err := decodeEntryNoCopy(raw)
+		if err == nil && !e.deleted {
+			li = latestItem{exists: true, digest: e.digest(id.collection, id.id)}
+		}
+		return err
+	})
+	return li, err
 }
 
 // copyBase starts a new branch from its base: the base branch's items at
 // the base version become the new branch's entries at version 1 (the
 // version's own Items are applied on top by the caller). It returns the
-// base's state sum.
-func (s *Store) copyBase(b *pebble.Batch, p int32, v *schemas.Version) (schemas.StateHasher, error) {
+// base's state sum. The batch is indexed (see Apply): the scan sees the
+// base's versions applied earlier in the call.
+func (a *applier) copyBase(v *schemas.Version) (schemas.StateHasher, error) {
 	base := *v.Base
-	baseHead, err := readHead(b, p, v.Org, v.Project, base.Branch)
+	bb, err := a.branch(v.Org, v.Project, base.Branch)
 	if err != nil {
 		return schemas.StateHasher{}, err
 	}
-	if base.Version > baseHead {
-		return schemas.StateHasher{}, fmt.Errorf("%w: base branch %s has no version %d yet (its head is %d)", ErrGap, base.Branch, base.Version, baseHead)
-	}
-	h, err := readVersionHeader(b, p, v.Org, v.Project, base.Branch, base.Version)
-	if err != nil {
+	// The scan below reads the base's latest index from the batch.
+	if err := a.flush(); err != nil {
 		return schemas.StateHasher{}, err
 	}
-	err = scanItems(b, p, v.Org, v.Project, base.Branch, nil, base.Version, base.Version == baseHead,
+	if base.Version > bb.version {
+		return schemas.StateHasher{}, fmt.Errorf("%w: base branch %s has no version %d yet (its head is %d)", ErrGap, base.Branch, base.Version, bb.version)
+	}
+	sum := bb.sum
+	if base.Version < bb.version {
+		h, err := readVersionHeader(a.r, a.p, v.Org, v.Project, base.Branch, base.Version)
+		if err != nil {
+			return schemas.StateHasher{}, err
+		}
+		sum = h.sum
+	}
+	p := a.p
+	err = scanItems(a.r, p, v.Org, v.Project, base.Branch, nil, base.Version, base.Version == bb.version,
 		func(collection, id string, e entry) error {
 			e.version = v.Version
-			enc := e.encode()
-			if err := b.Set(itemKey(p, v.Org, v.Project, v.Branch, collection, id, v.Version), enc, nil); err != nil {
+			a.val = e.appendTo(a.val[:0])
+			a.k1 = appendItemKey(a.k1[:0], p, v.Org, v.Project, v.Branch, collection, id, v.Version)
+			if err := a.b.Set(a.k1, a.val, nil); err != nil {
 				return err
 			}
-			return b.Set(latestKey(p, v.Org, v.Project, v.Branch, collection, id), enc, nil)
+			a.k1 = appendLatestKey(a.k1[:0], p, v.Org, v.Project, v.Branch, collection, id)
+			return a.b.Set(a.k1, a.val, nil)
 		})
 	if err != nil {
 		return schemas.StateHasher{}, fmt.Errorf("copy base %s@%d: %w", base.Branch, base.Version, err)
 	}
-	return h.sum, nil
+	return sum, nil
 }
 
 // putManifest records how a body is made of chunks, once per body. It
 // checks that every chunk of the entry is there and that together they are
 // the body (size and hash), so that no read meets a body it cannot
 // rebuild; a body already known with the same chunks is not checked again.
-func (s *Store) putManifest(b *pebble.Batch, p int32, org, project string, e *entry) error {
-	mk := manifestKey(p, org, project, e.hash)
-	raw, known, err := get(b, mk)
-	if err != nil {
-		return err
+//
+// A body that is a single chunk, the chunk of its own hash, needs no
+// manifest: the chunk is the body, and its hash was checked when it was
+// stored (Blob reads it directly). Only its presence and size are checked.
+func (a *applier) putManifest(org, project string, e *entry) error {
+	if len(e.chunks) == 1 && e.chunks[0] == e.hash {
+		var size int64
+		found, err := a.chunk(org, project, e.hash, func(data []byte) { size = int64(len(data)) })
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return fmt.Errorf("%w: chunk %x of body %x is neither stored nor in the records", ErrInvalid, e.hash, e.hash)
+		case size != e.size:
+			return fmt.Errorf("%w: body %x: chunks make %d bytes, the record says %d", ErrInvalid, e.hash, size, e.size)
+		}
+		return nil
 	}
-	if known {
-		m, err := decodeManifest(raw)
+	id := blobID{org, project, e.hash}
+	m, known := a.manifests[id]
+	if !known {
+		a.k2 = appendManifestKey(a.k2[:0], a.p, org, project, e.hash)
+		var err error
+		known, err = view(a.r, a.k2, func(raw []byte) (err error) {
+			m, err = decodeManifest(raw)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		if m.size == e.size && slices.Equal(m.chunks, e.chunks) {
-			return nil
-		}
+	}
+	if known && m.size == e.size && slices.Equal(m.chunks, e.chunks) {
+		return nil
 	}
 	h := sha256.New()
 	var size int64
 	for _, c := range e.chunks {
-		v, closer, err := b.Get(chunkKey(p, org, project, c))
-		if errors.Is(err, pebble.ErrNotFound) {
-			return fmt.Errorf("%w: chunk %x of body %x is neither stored nor in the records", ErrInvalid, c, e.hash)
-		}
+		found, err := a.chunk(org, project, c, func(data []byte) {
+			h.Write(data)
+			size += int64(len(data))
+		})
 		if err != nil {
 			return err
 		}
-		h.Write(v)
-		size += int64(len(v))
-		_ = closer.Close()
+		if !found {
+			return fmt.Errorf("%w: chunk %x of body %x is neither stored nor in the records", ErrInvalid, c, e.hash)
+		}
 	}
 	if size != e.size {
 		return fmt.Errorf("%w: body %x: chunks make %d bytes, the record says %d", ErrInvalid, e.hash, size, e.size)
 	}
-	if !bytes.Equal(h.Sum(nil), e.hash[:]) {
-		return fmt.Errorf("%w: the chunks of body %x hash to %x", ErrInvalid, e.hash, h.Sum(nil))
+	var sum [32]byte
+	if h.Sum(sum[:0]); sum != e.hash {
+		return fmt.Errorf("%w: the chunks of body %x hash to %x", ErrInvalid, e.hash, sum)
 	}
 	if known {
 		return nil // another valid chunking of a known body
 	}
-	m := manifest{size: e.size, chunks: e.chunks}
-	return b.Set(mk, m.encode(), nil)
+	m = manifest{size: e.size, chunks: slices.Clone(e.chunks)}
+	a.manifests[id] = m
+	a.k2 = appendManifestKey(a.k2[:0], a.p, org, project, e.hash)
+	return a.b.Set(a.k2, m.encode(), nil)
+}
+
+// chunk calls fn with a chunk's bytes, from the call's records or the
+// database; found is false if it is in neither.
+func (a *applier) chunk(org, project string, h [32]byte, fn func([]byte)) (found bool, err error) {
+	if data, ok := a.chunks[blobID{org, project, h}]; ok {
+		fn(data)
+		return true, nil
+	}
+	a.k2 = appendChunkKey(a.k2[:0], a.p, org, project, h)
+	return view(a.r, a.k2, func(data []byte) error {
+		fn(data)
+		return nil
+	})
+}
+
+// hashIs reports whether s is the lower-case hex of h.
+func hashIs(h [32]byte, s string) bool {
+	d, ok := decodeHex32(s)
+	return ok && d == h
 }
 
 func validateProject(org, project string) error {
@@ -328,6 +610,8 @@ func validateProject(org, project string) error {
 	return nil
 }
 
+// validateVersion checks a version's names, numbers and hashes. Field
+// names for error messages are only formatted for an error.
 func validateVersion(v *schemas.Version) error {
 	if err := validateProject(v.Org, v.Project); err != nil {
 		return err
@@ -348,20 +632,22 @@ func validateVersion(v *schemas.Version) error {
 	}
 	for i := range v.Items {
 		c := &v.Items[i]
-		if err := schemas.ValidateCollection(fmt.Sprintf("items[%d].collection", i), c.Collection); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		if schemas.ValidateCollection("", c.Collection) != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, schemas.ValidateCollection(fmt.Sprintf("items[%d].collection", i), c.Collection))
 		}
-		if err := schemas.ValidateItemID(fmt.Sprintf("items[%d].id", i), c.ID); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		if schemas.ValidateItemID("", c.ID) != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, schemas.ValidateItemID(fmt.Sprintf("items[%d].id", i), c.ID))
 		}
 		switch c.Op {
 		case schemas.OpDelete:
 		case schemas.OpPut:
-			if _, err := parseHash(fmt.Sprintf("items[%d].hash", i), c.Hash); err != nil {
+			if _, ok := decodeHex32(c.Hash); !ok {
+				_, err := parseHash(fmt.Sprintf("items[%d].hash", i), c.Hash)
 				return err
 			}
 			for j, ch := range c.Chunks {
-				if _, err := parseHash(fmt.Sprintf("items[%d].chunks[%d]", i, j), ch); err != nil {
+				if _, ok := decodeHex32(ch); !ok {
+					_, err := parseHash(fmt.Sprintf("items[%d].chunks[%d]", i, j), ch)
 					return err
 				}
 			}
@@ -373,8 +659,8 @@ func validateVersion(v *schemas.Version) error {
 		}
 	}
 	for i := range v.Mutations {
-		if err := schemas.ValidateClient(fmt.Sprintf("mutations[%d].client", i), v.Mutations[i].Client); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		if schemas.ValidateClient("", v.Mutations[i].Client) != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, schemas.ValidateClient(fmt.Sprintf("mutations[%d].client", i), v.Mutations[i].Client))
 		}
 	}
 	for client := range v.LastIDs {
@@ -388,12 +674,14 @@ func validateVersion(v *schemas.Version) error {
 // parseHash decodes a SHA-256 in lower-case hex (the only spelling, so
 // that digests computed from stored hashes match the records').
 func parseHash(field, s string) ([32]byte, error) {
-	var h [32]byte
-	if err := schemas.ValidateHash(field, s); err != nil {
-		return h, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if h, ok := decodeHex32(s); ok {
+		return h, nil
 	}
-	_, _ = hex.Decode(h[:], []byte(s))
-	return h, nil
+	if err := schemas.ValidateHash(field, s); err != nil {
+		return [32]byte{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// ValidateHash accepts exactly what decodeHex32 decodes.
+	return [32]byte{}, fmt.Errorf("%w: %s: %q is not a SHA-256 in lower-case hex", ErrInvalid, field, s)
 }
 
 // view calls fn with a key's value, which is valid only during the call.

@@ -123,7 +123,13 @@ func partitionsKey() []byte { return metaKey(globalPartition, metaPartitions) }
 
 // projectPrefix is partition | kind | org | project.
 func projectPrefix(p int32, kind byte, org, project string) []byte {
-	b := make([]byte, 0, 5+len(org)+len(project)+4+48)
+	return appendProjectPrefix(make([]byte, 0, 5+len(org)+len(project)+4+48), p, kind, org, project)
+}
+
+// The append forms of the key builders let Apply build its keys in
+// reused buffers: a batch copies what it is given.
+
+func appendProjectPrefix(b []byte, p int32, kind byte, org, project string) []byte {
 	b = appendPartition(b, uint32(p))
 	b = append(b, kind)
 	b = appendString(b, org)
@@ -135,12 +141,24 @@ func branchPrefix(p int32, kind byte, org, project, branch string) []byte {
 	return appendString(projectPrefix(p, kind, org, project), branch)
 }
 
+func appendBranchPrefix(b []byte, p int32, kind byte, org, project, branch string) []byte {
+	return appendString(appendProjectPrefix(b, p, kind, org, project), branch)
+}
+
 func versionKey(p int32, org, project, branch string, v uint64) []byte {
 	return appendUint64(branchPrefix(p, kindVersion, org, project, branch), v)
 }
 
+func appendVersionKey(b []byte, p int32, org, project, branch string, v uint64) []byte {
+	return appendUint64(appendBranchPrefix(b, p, kindVersion, org, project, branch), v)
+}
+
 func headKey(p int32, org, project, branch string) []byte {
 	return branchPrefix(p, kindHead, org, project, branch)
+}
+
+func appendHeadKey(b []byte, p int32, org, project, branch string) []byte {
+	return appendBranchPrefix(b, p, kindHead, org, project, branch)
 }
 
 // itemPrefix is the prefix of all MVCC entries of one item.
@@ -155,8 +173,19 @@ func itemKey(p int32, org, project, branch, collection, id string, v uint64) []b
 	return appendUint64(itemPrefix(p, org, project, branch, collection, id), ^v)
 }
 
+func appendItemKey(b []byte, p int32, org, project, branch, collection, id string, v uint64) []byte {
+	b = appendBranchPrefix(b, p, kindItem, org, project, branch)
+	b = appendString(b, collection)
+	b = appendString(b, id)
+	return appendUint64(b, ^v)
+}
+
 func latestKey(p int32, org, project, branch, collection, id string) []byte {
-	b := branchPrefix(p, kindLatest, org, project, branch)
+	return appendLatestKey(make([]byte, 0, 5+len(org)+len(project)+len(branch)+len(collection)+len(id)+16), p, org, project, branch, collection, id)
+}
+
+func appendLatestKey(b []byte, p int32, org, project, branch, collection, id string) []byte {
+	b = appendBranchPrefix(b, p, kindLatest, org, project, branch)
 	b = appendString(b, collection)
 	return appendString(b, id)
 }
@@ -165,18 +194,34 @@ func manifestKey(p int32, org, project string, hash [32]byte) []byte {
 	return append(projectPrefix(p, kindManifest, org, project), hash[:]...)
 }
 
+func appendManifestKey(b []byte, p int32, org, project string, hash [32]byte) []byte {
+	return append(appendProjectPrefix(b, p, kindManifest, org, project), hash[:]...)
+}
+
 func chunkKey(p int32, org, project string, hash [32]byte) []byte {
 	return append(projectPrefix(p, kindChunk, org, project), hash[:]...)
 }
 
+func appendChunkKey(b []byte, p int32, org, project string, hash [32]byte) []byte {
+	return append(appendProjectPrefix(b, p, kindChunk, org, project), hash[:]...)
+}
+
 func mutationKey(p int32, org, project, branch, client string, id uint64) []byte {
-	b := branchPrefix(p, kindMutation, org, project, branch)
+	return appendMutationKey(nil, p, org, project, branch, client, id)
+}
+
+func appendMutationKey(b []byte, p int32, org, project, branch, client string, id uint64) []byte {
+	b = appendBranchPrefix(b, p, kindMutation, org, project, branch)
 	b = appendString(b, client)
 	return appendUint64(b, id)
 }
 
 func lastIDKey(p int32, org, project, branch, client string) []byte {
 	return appendString(branchPrefix(p, kindLastID, org, project, branch), client)
+}
+
+func appendLastIDKey(b []byte, p int32, org, project, branch, client string) []byte {
+	return appendString(appendBranchPrefix(b, p, kindLastID, org, project, branch), client)
 }
 
 // decodeCollectionID decodes "collection | id" at the start of b (the

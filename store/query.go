@@ -172,38 +172,39 @@ func (s *Store) Blob(org, project, hash string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
-	b, err := readBlob(snap, s.PartitionOf(org, project), org, project, h)
+	p := s.PartitionOf(org, project)
+	// A chunk of hash h is the blob itself (a body of one chunk has no
+	// manifest, see putManifest): one read, which needs no snapshot.
+	v, found, err := get(s.db, chunkKey(p, org, project, h))
+	if err == nil && found && sha256.Sum256(v) != h {
+		err = fmt.Errorf("%w: chunk of %d bytes does not hash to its key", ErrCorrupt, len(v))
+	}
+	if err == nil && !found {
+		// A manifest and its chunks, read in one snapshot.
+		snap := s.db.NewSnapshot()
+		defer snap.Close()
+		v, err = readManifestBlob(snap, p, org, project, h)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read blob %s of %s/%s: %w", hash, org, project, err)
 	}
-	return b, nil
+	return v, nil
 }
 
-func readBlob(r pebble.Reader, p int32, org, project string, h [32]byte) ([]byte, error) {
+// readManifestBlob reads a body made of chunks by its manifest.
+func readManifestBlob(r pebble.Reader, p int32, org, project string, h [32]byte) ([]byte, error) {
 	raw, found, err := get(r, manifestKey(p, org, project, h))
-	if err != nil {
-		return nil, err
-	}
-	if found {
-		m, err := decodeManifest(raw)
-		if err != nil {
-			return nil, err
-		}
-		return readBody(r, p, org, project, h, m.size, m.chunks)
-	}
-	v, found, err := get(r, chunkKey(p, org, project, h))
 	if err != nil {
 		return nil, err
 	}
 	if !found {
 		return nil, ErrNotFound
 	}
-	if sha256.Sum256(v) != h {
-		return nil, fmt.Errorf("%w: chunk of %d bytes does not hash to its key", ErrCorrupt, len(v))
+	m, err := decodeManifest(raw)
+	if err != nil {
+		return nil, err
 	}
-	return v, nil
+	return readBody(r, p, org, project, h, m.size, m.chunks)
 }
 
 // readBody concatenates a body's chunks and checks its hash. Item entries

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -104,7 +103,7 @@ type Store struct {
 	db    *pebble.DB
 	cfg   Config
 	log   *slog.Logger
-	locks []sync.Mutex // per partition: Apply, DropPartition
+	parts []partitionState // per partition: its writers' lock and what Apply remembers
 }
 
 var _ model.Reader = (*Store)(nil)
@@ -140,7 +139,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.Dir, err)
 	}
-	s := &Store{db: db, cfg: cfg, log: log, locks: make([]sync.Mutex, cfg.Partitions)}
+	s := &Store{db: db, cfg: cfg, log: log, parts: make([]partitionState, cfg.Partitions)}
 	if err := s.checkPartitionCount(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -205,8 +204,10 @@ func (s *Store) DropPartition(p int32) error {
 	if err := s.checkPartition(p); err != nil {
 		return err
 	}
-	s.locks[p].Lock()
-	defer s.locks[p].Unlock()
+	ps := &s.parts[p]
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.forget()
 	start := partitionPrefix(p)
 	if err := s.db.DeleteRange(start, prefixEnd(start), pebble.Sync); err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -351,11 +352,25 @@ func TestApplyIsIdempotent(t *testing.T) {
 		t.Fatalf("re-applying changed the partition: %s", d)
 	}
 
-	// A store built in one Apply holds the same bytes.
+	// A store built in one Apply holds the same bytes, even when the
+	// records come twice in it.
 	one := newStore(t)
 	mustApply(t, one, p, all, last)
 	if d := diffScans(before, scanPartition(t, one, p)); d != "" {
 		t.Fatalf("one batch and many differ: %s", d)
+	}
+	twice := newStore(t)
+	mustApply(t, twice, p, append(slices.Clone(all), all...), last)
+	if d := diffScans(before, scanPartition(t, twice, p)); d != "" {
+		t.Fatalf("one batch with every record twice differs: %s", d)
+	}
+	// A version applied earlier in the same call is checked like a stored
+	// one.
+	other := *batches[1][len(batches[1])-1].Version
+	other.StateHash = sha([]byte("another state"))
+	conflict := append(slices.Concat(batches[0], batches[1], batches[2]), Record{Version: &other})
+	if err := newStore(t).Apply(p, conflict, last); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a conflicting duplicate in the same call: %v", err)
 	}
 
 	// Replaying from the middle (the sequencer restores from its offset
@@ -421,6 +436,9 @@ func TestApplyErrors(t *testing.T) {
 			v.Items[0] = schemas.ItemChange{Collection: "c", ID: "zz", Op: schemas.OpPut, Hash: sha([]byte("aaaa")), Size: 4, Chunks: []string{sha([]byte("bbbb"))}}
 		}), ErrInvalid, "hash to"},
 		{"size", p, tampered(v3, func(v *schemas.Version) { v.Items[0].Size = 3 }), ErrInvalid, "chunks make 4 bytes"},
+		{"known body, wrong size", p, tampered(v3, func(v *schemas.Version) {
+			v.Items[0] = schemas.ItemChange{Collection: "c", ID: "zz", Op: schemas.OpPut, Hash: sha([]byte("aaaa")), Size: 3, Chunks: []string{sha([]byte("aaaa"))}}
+		}), ErrInvalid, "chunks make 4 bytes"},
 		{"bad hash", p, tampered(v3, func(v *schemas.Version) { v.Items[0].Hash = strings.ToUpper(v.Items[0].Hash) }), ErrInvalid, "hash"},
 		{"bad parent", p, tampered(v3, func(v *schemas.Version) { v.Parent = 1 }), ErrInvalid, "parent"},
 		{"empty record", p, []Record{{}}, ErrInvalid, "exactly one"},

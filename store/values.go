@@ -5,14 +5,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
 )
 
-// The store's values: compact binary for what is read on hot paths (item
-// entries, manifests, the fixed part of version records), JSON for the
-// version payload, which is the changelog's own encoding.
+// The store's values are compact binary: item entries, manifests and
+// version records (a fixed header that heads and states read, with the
+// scalars as JSON, then the rest of the version). Apply writes them on its
+// hot path, so they are appended to reused buffers.
 
 // entry is an item as the MVCC entries and the latest index hold it. The
 // collection and id are in the key.
@@ -28,19 +31,38 @@ type entry struct {
 const (
 	entryTombstone byte = 0
 	entryPut       byte = 1
+	// entryPutOneChunk is a put of a body that is one chunk, the chunk of
+	// its own hash (most bodies): the chunk list is not written.
+	entryPutOneChunk byte = 2
 )
 
+// oneChunk reports whether a body's chunk list is its own hash alone.
+func oneChunk(hash [32]byte, chunks [][32]byte) bool {
+	return len(chunks) == 1 && chunks[0] == hash
+}
+
 func (e *entry) encode() []byte {
+	return e.appendTo(make([]byte, 0, 1+3*binary.MaxVarintLen64+len(e.meta)+32*(1+len(e.chunks))+binary.MaxVarintLen64))
+}
+
+func (e *entry) appendTo(b []byte) []byte {
 	if e.deleted {
-		return []byte{entryTombstone}
+		return append(b, entryTombstone)
 	}
-	b := make([]byte, 0, 1+3*binary.MaxVarintLen64+len(e.meta)+32*(1+len(e.chunks))+binary.MaxVarintLen64)
-	b = append(b, entryPut)
+	one := oneChunk(e.hash, e.chunks)
+	if one {
+		b = append(b, entryPutOneChunk)
+	} else {
+		b = append(b, entryPut)
+	}
 	b = binary.AppendUvarint(b, e.version)
 	b = binary.AppendUvarint(b, uint64(len(e.meta)))
 	b = append(b, e.meta...)
 	b = append(b, e.hash[:]...)
 	b = binary.AppendUvarint(b, uint64(e.size))
+	if one {
+		return b
+	}
 	b = binary.AppendUvarint(b, uint64(len(e.chunks)))
 	for _, c := range e.chunks {
 		b = append(b, c[:]...)
@@ -50,18 +72,31 @@ func (e *entry) encode() []byte {
 
 // decodeEntry decodes an entry; the result does not alias b.
 func decodeEntry(b []byte) (entry, error) {
+	e, err := decodeEntryNoCopy(b)
+	if len(e.meta) > 0 {
+		e.meta = append([]byte(nil), e.meta...)
+	}
+	return e, err
+}
+
+// decodeEntryNoCopy decodes an entry whose meta aliases b.
+func decodeEntryNoCopy(b []byte) (entry, error) {
 	d := decoder{b: b}
 	var e entry
-	switch d.byte() {
+	switch kind := d.byte(); kind {
 	case entryTombstone:
 		e.deleted = true
-	case entryPut:
+	case entryPut, entryPutOneChunk:
 		e.version = d.uvarint()
 		if meta := d.bytes(int(d.uvarint())); len(meta) > 0 {
-			e.meta = append([]byte(nil), meta...)
+			e.meta = meta
 		}
 		e.hash = d.hash()
 		e.size = int64(d.uvarint())
+		if kind == entryPutOneChunk {
+			e.chunks = [][32]byte{e.hash}
+			break
+		}
 		n := d.uvarint()
 		if n > uint64(len(d.b))/32 {
 			return entry{}, fmt.Errorf("%w: item entry of %d chunks in %d bytes", ErrCorrupt, n, len(d.b))
@@ -81,14 +116,20 @@ func decodeEntry(b []byte) (entry, error) {
 
 // digest is the entry's contribution to the state hash.
 func (e *entry) digest(collection, id string) [32]byte {
-	return schemas.ItemDigest(collection, id, e.meta, hex.EncodeToString(e.hash[:]))
+	return schemas.ItemDigest(collection, id, e.meta, hexString(e.hash))
+}
+
+func hexString(h [32]byte) string {
+	var b [64]byte
+	hex.Encode(b[:], h[:])
+	return string(b[:])
 }
 
 func (e *entry) ref(collection, id string) model.ItemRef {
 	r := model.ItemRef{
 		Collection: collection,
 		ID:         id,
-		Hash:       hex.EncodeToString(e.hash[:]),
+		Hash:       hexString(e.hash),
 		Size:       e.size,
 		Version:    e.version,
 	}
@@ -99,7 +140,7 @@ func (e *entry) ref(collection, id string) model.ItemRef {
 		r.Chunks = make([]string, len(e.chunks))
 	}
 	for i, c := range e.chunks {
-		r.Chunks[i] = hex.EncodeToString(c[:])
+		r.Chunks[i] = hexString(c)
 	}
 	return r
 }
@@ -143,40 +184,226 @@ type versionHeader struct {
 	scalars   []byte // JSON object
 }
 
-const versionRecordFormat byte = 1
+const versionRecordFormat byte = 2
 
-// encodeVersionRecord encodes a version record: format | state sum |
-// state hash | timestamp | scalars (JSON, length-prefixed) | the version
-// as JSON without its scalars. States and heads read the header only: the
-// JSON, with the mutations' args, can be large.
-func encodeVersionRecord(v *schemas.Version, sum schemas.StateHasher, stateHash [32]byte) ([]byte, error) {
-	scalars := v.Scalars
-	if scalars == nil {
-		scalars = map[string]json.RawMessage{}
-	}
-	sc, err := json.Marshal(scalars)
-	if err != nil {
-		return nil, fmt.Errorf("encode scalars: %w", err)
-	}
-	rest := *v
-	rest.Scalars = nil
-	body, err := json.Marshal(&rest)
-	if err != nil {
-		return nil, fmt.Errorf("encode version: %w", err)
-	}
-	b := make([]byte, 0, 1+64+8+binary.MaxVarintLen64+len(sc)+len(body))
+// appendVersionRecord appends a version record: format | state sum |
+// state hash | timestamp | scalars (JSON, length-prefixed) | the rest of
+// the version in binary (see appendVersionBody). States and heads read
+// the header only: the rest, with the mutations' args, can be large.
+//
+// The scalars' values must be valid JSON (Apply checked them when it
+// computed the state hash); they are written as they are, and their names
+// sorted, so that equal scalars give equal bytes.
+func appendVersionRecord(b []byte, v *schemas.Version, sum schemas.StateHasher, stateHash [32]byte) []byte {
 	b = append(b, versionRecordFormat)
 	b = append(b, sum.Sum[:]...)
 	b = append(b, stateHash[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(v.TS))
-	b = binary.AppendUvarint(b, uint64(len(sc)))
-	b = append(b, sc...)
-	return append(b, body...), nil
+	// The scalars, length-prefixed: written after room for the longest
+	// prefix, then moved up against the actual one.
+	lenAt := len(b)
+	b = append(b, make([]byte, binary.MaxVarintLen32)...)
+	start := len(b)
+	b = appendScalarsJSON(b, v.Scalars)
+	n := len(b) - start
+	var pre [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(pre[:], uint64(n))
+	copy(b[lenAt:], pre[:k])
+	b = append(b[:lenAt+k], b[start:]...)
+	return appendVersionBody(b, v)
 }
 
+// appendScalarsJSON appends the scalars as a JSON object, names sorted.
+func appendScalarsJSON(b []byte, scalars map[string]json.RawMessage) []byte {
+	b = append(b, '{')
+	if len(scalars) > 0 {
+		var buf [16]string
+		names := buf[:0]
+		for name := range scalars {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for i, name := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, name)
+			b = append(b, ':')
+			b = append(b, scalars[name]...)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// appendVersionBody appends the version without its timestamp, scalars
+// and state hash (they are in the header) in a compact binary form:
+// strings and JSON texts length-prefixed, hashes as their 32 bytes, and
+// the length of a slice or map plus one, 0 standing for nil, so that
+// decoding gives back exactly the version that was applied.
+func appendVersionBody(b []byte, v *schemas.Version) []byte {
+	b = appendStr(b, v.Org)
+	b = appendStr(b, v.Project)
+	b = appendStr(b, v.Branch)
+	b = binary.AppendUvarint(b, v.Version)
+	b = binary.AppendUvarint(b, v.Parent)
+	if v.Base == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = appendStr(b, v.Base.Branch)
+		b = binary.AppendUvarint(b, v.Base.Version)
+	}
+	b = appendCount(b, len(v.Items), v.Items == nil)
+	for i := range v.Items {
+		c := &v.Items[i]
+		b = appendStr(b, c.Collection)
+		b = appendStr(b, c.ID)
+		b = appendStr(b, c.Op)
+		b = appendRaw(b, c.Meta)
+		b = appendHashString(b, c.Hash)
+		b = binary.AppendVarint(b, c.Size)
+		if len(c.Chunks) == 1 && c.Chunks[0] == c.Hash {
+			b = append(b, chunksOwnHash)
+		} else {
+			b = append(b, chunksListed)
+			b = appendHashStrings(b, c.Chunks)
+		}
+	}
+	b = appendCount(b, len(v.Mutations), v.Mutations == nil)
+	for i := range v.Mutations {
+		m := &v.Mutations[i]
+		b = appendStr(b, m.ClientGroup)
+		b = appendStr(b, m.Client)
+		b = binary.AppendUvarint(b, m.ID)
+		b = appendStr(b, m.Name)
+		b = appendRaw(b, m.Args)
+		if m.ArgsRef == nil {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = appendHashString(b, m.ArgsRef.Hash)
+			b = binary.AppendVarint(b, m.ArgsRef.Size)
+			b = appendHashStrings(b, m.ArgsRef.Chunks)
+		}
+		b = appendStr(b, m.Status)
+		b = appendStr(b, m.Error)
+		b = binary.AppendVarint(b, m.TS)
+		b = appendStr(b, m.Principal)
+		b = binary.AppendVarint(b, m.ReceivedAt)
+		b = binary.AppendVarint(b, m.Offset)
+	}
+	b = appendCount(b, len(v.LastIDs), v.LastIDs == nil)
+	if len(v.LastIDs) == 1 {
+		for client, id := range v.LastIDs {
+			b = appendStr(b, client)
+			b = binary.AppendUvarint(b, id)
+		}
+	} else if len(v.LastIDs) > 1 {
+		for _, client := range slices.Sorted(maps.Keys(v.LastIDs)) {
+			b = appendStr(b, client)
+			b = binary.AppendUvarint(b, v.LastIDs[client])
+		}
+	}
+	b = binary.AppendVarint(b, int64(v.Source.Partition))
+	return binary.AppendVarint(b, v.Source.Offset)
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// appendRaw appends a JSON text, nil apart from empty.
+func appendRaw(b []byte, raw json.RawMessage) []byte {
+	b = appendCount(b, len(raw), raw == nil)
+	return append(b, raw...)
+}
+
+func appendCount(b []byte, n int, isNil bool) []byte {
+	if isNil {
+		return append(b, 0)
+	}
+	return binary.AppendUvarint(b, uint64(n)+1)
+}
+
+// An item's chunk list is its own hash alone (a body of one chunk), or is
+// listed.
+const (
+	chunksListed  byte = 0
+	chunksOwnHash byte = 1
+)
+
+// A hash string is a SHA-256 in lower-case hex, written as tag 1 and its
+// 32 bytes, or anything else (the empty hash of a deletion), written as
+// tag 0 and the string.
+const (
+	tagString byte = 0
+	tagHash   byte = 1
+)
+
+func appendHashString(b []byte, s string) []byte {
+	if h, ok := decodeHex32(s); ok {
+		b = append(b, tagHash)
+		return append(b, h[:]...)
+	}
+	b = append(b, tagString)
+	return appendStr(b, s)
+}
+
+func appendHashStrings(b []byte, hs []string) []byte {
+	b = appendCount(b, len(hs), hs == nil)
+	for _, h := range hs {
+		b = appendHashString(b, h)
+	}
+	return b
+}
+
+// decodeHex32 decodes a SHA-256 in lower-case hex, the only spelling
+// Canon writes.
+func decodeHex32(s string) (h [32]byte, ok bool) {
+	if len(s) != 64 {
+		return h, false
+	}
+	var bad byte
+	for i := range h {
+		hi, lo := hexLower[s[2*i]], hexLower[s[2*i+1]]
+		bad |= hi | lo
+		h[i] = hi<<4 | lo&0xF
+	}
+	return h, bad&0x10 == 0
+}
+
+// hexLower maps the lower-case hex digits to their values and every
+// other byte to 0x10.
+var hexLower = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0x10
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	return t
+}()
+
 // decodeVersionHeader decodes the fixed part of a version record and
-// returns the rest (the version's JSON), which aliases b; the header does
-// not.
+// returns the rest, which aliases b; the header does not.
 func decodeVersionHeader(b []byte) (versionHeader, []byte, error) {
 	d := decoder{b: b}
 	if f := d.byte(); f != versionRecordFormat && d.err == nil {
@@ -198,6 +425,9 @@ func (h *versionHeader) decodeScalars() (map[string]json.RawMessage, error) {
 	if err := json.Unmarshal(h.scalars, &m); err != nil {
 		return nil, fmt.Errorf("%w: version scalars: %w", ErrCorrupt, err)
 	}
+	if m == nil {
+		m = map[string]json.RawMessage{} // JSON null: the store writes {}
+	}
 	return m, nil
 }
 
@@ -207,11 +437,65 @@ func decodeVersionRecord(b []byte) (schemas.Version, versionHeader, error) {
 	if err != nil {
 		return schemas.Version{}, h, err
 	}
-	var v schemas.Version
-	if err := json.Unmarshal(rest, &v); err != nil {
-		return schemas.Version{}, h, fmt.Errorf("%w: version record: %w", ErrCorrupt, err)
-	}
+	v := schemas.Version{TS: h.ts, StateHash: hex.EncodeToString(h.stateHash[:])}
 	if v.Scalars, err = h.decodeScalars(); err != nil {
+		return schemas.Version{}, h, err
+	}
+	d := decoder{b: rest}
+	v.Org, v.Project, v.Branch = d.str(), d.str(), d.str()
+	v.Version, v.Parent = d.uvarint(), d.uvarint()
+	if d.byte() == 1 {
+		v.Base = &schemas.BranchRef{Branch: d.str()}
+		v.Base.Version = d.uvarint()
+	}
+	if n, ok := d.count(); ok {
+		v.Items = make([]schemas.ItemChange, n)
+		for i := range v.Items {
+			c := &v.Items[i]
+			c.Collection, c.ID, c.Op = d.str(), d.str(), d.str()
+			c.Meta = d.raw()
+			c.Hash = d.hashString()
+			c.Size = d.varint()
+			switch d.byte() {
+			case chunksOwnHash:
+				c.Chunks = []string{c.Hash}
+			case chunksListed:
+				c.Chunks = d.hashStrings()
+			default:
+				d.fail()
+			}
+		}
+	}
+	if n, ok := d.count(); ok {
+		v.Mutations = make([]schemas.Outcome, n)
+		for i := range v.Mutations {
+			m := &v.Mutations[i]
+			m.ClientGroup, m.Client = d.str(), d.str()
+			m.ID = d.uvarint()
+			m.Name = d.str()
+			m.Args = d.raw()
+			if d.byte() == 1 {
+				m.ArgsRef = &schemas.BlobRef{Hash: d.hashString()}
+				m.ArgsRef.Size = d.varint()
+				m.ArgsRef.Chunks = d.hashStrings()
+			}
+			m.Status, m.Error = d.str(), d.str()
+			m.TS = d.varint()
+			m.Principal = d.str()
+			m.ReceivedAt = d.varint()
+			m.Offset = d.varint()
+		}
+	}
+	if n, ok := d.count(); ok {
+		v.LastIDs = make(map[string]uint64, n)
+		for range n {
+			client := d.str()
+			v.LastIDs[client] = d.uvarint()
+		}
+	}
+	v.Source.Partition = int32(d.varint())
+	v.Source.Offset = d.varint()
+	if err := d.done("version record"); err != nil {
 		return schemas.Version{}, h, err
 	}
 	return v, h, nil
@@ -228,8 +512,7 @@ type MutationStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
-func (m *MutationStatus) encode() []byte {
-	b := make([]byte, 0, 3*binary.MaxVarintLen64+len(m.Status)+len(m.Error))
+func (m *MutationStatus) appendTo(b []byte) []byte {
 	b = binary.AppendUvarint(b, m.Version)
 	b = binary.AppendUvarint(b, uint64(len(m.Status)))
 	b = append(b, m.Status...)
@@ -310,6 +593,66 @@ func (d *decoder) hash() [32]byte {
 	var h [32]byte
 	copy(h[:], d.bytes(32))
 	return h
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string {
+	return string(d.bytes(int(min(d.uvarint(), uint64(len(d.b)+1)))))
+}
+
+// count decodes a length written by appendCount; ok is false for nil.
+// A count beyond what the rest of the value can hold is an error.
+func (d *decoder) count() (n int, ok bool) {
+	c := d.uvarint()
+	if c == 0 || d.err != nil {
+		return 0, false
+	}
+	if c-1 > uint64(len(d.b)) {
+		d.fail()
+		return 0, false
+	}
+	return int(c - 1), true
+}
+
+func (d *decoder) raw() json.RawMessage {
+	n, ok := d.count()
+	if !ok {
+		return nil
+	}
+	return append(json.RawMessage{}, d.bytes(n)...)
+}
+
+func (d *decoder) hashString() string {
+	switch d.byte() {
+	case tagHash:
+		h := d.hash()
+		return hex.EncodeToString(h[:])
+	case tagString:
+		return d.str()
+	}
+	d.fail()
+	return ""
+}
+
+func (d *decoder) hashStrings() []string {
+	n, ok := d.count()
+	if !ok {
+		return nil
+	}
+	hs := make([]string, n)
+	for i := range hs {
+		hs[i] = d.hashString()
+	}
+	return hs
 }
 
 func (d *decoder) done(what string) error {

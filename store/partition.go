@@ -1,0 +1,105 @@
+package store
+
+import (
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// partitionState serializes the writers of one partition, Apply and
+// DropPartition, and remembers under the same lock what Apply learned of
+// the partition's committed state: the heads of the branches it applied
+// (version, state sum, state hash), the digests of the latest entries of
+// the items it applied, and the offset. The next Apply of the partition
+// then reads none of them again. Only these writers change a
+// partition, so what is remembered stays true until a commit fails (the
+// batch may or may not be in) or the partition is dropped; both forget
+// it. Queries never use it: they read the database.
+type partitionState struct {
+	mu sync.Mutex
+
+	heads       map[branchID]headSummary
+	latest      map[itemID]latestItem // clean: exists and digest only
+	offset      int64
+	offsetFound bool // the partition has an offset
+	offsetKnown bool // offset and offsetFound are known
+
+	// ap is reused by each Apply, so that its maps and buffers are.
+	ap applier
+}
+
+// maxRememberedHeads and maxRememberedItems bound what a partition
+// remembers; beyond them, an arbitrary entry is forgotten for each new one.
+const (
+	maxRememberedHeads = 1 << 14
+	maxRememberedItems = 1 << 16
+)
+
+// maxReusedEntries bounds the size of the maps an applier keeps for the
+// next Apply: a large replay's are dropped.
+const maxReusedEntries = 1 << 12
+
+func (ps *partitionState) applier(s *Store, p int32, b *pebble.Batch, r pebble.Reader) *applier {
+	a := &ps.ap
+	a.s, a.p, a.b, a.r = s, p, b, r
+	if a.heads == nil {
+		a.heads = make(map[branchID]*branchHead)
+		a.latest = make(map[itemID]latestItem)
+		a.lastIDs = make(map[lastIDID]uint64)
+		a.chunks = make(map[blobID][]byte)
+		a.manifests = make(map[blobID]manifest)
+	}
+	return a
+}
+
+// reset drops what the applier knows of its call, and its references to
+// the call's records.
+func (a *applier) reset() {
+	a.s, a.b, a.r = nil, nil, nil
+	a.org, a.project = "", ""
+	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests) > maxReusedEntries {
+		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests = nil, nil, nil, nil, nil
+		return
+	}
+	clear(a.heads)
+	clear(a.latest)
+	clear(a.lastIDs)
+	clear(a.chunks)
+	clear(a.manifests)
+}
+
+// committed remembers the heads and the offset after a's batch was
+// committed.
+func (ps *partitionState) committed(a *applier, offset int64) {
+	if ps.heads == nil {
+		ps.heads = make(map[branchID]headSummary, len(a.heads))
+	}
+	if ps.latest == nil {
+		ps.latest = make(map[itemID]latestItem, len(a.latest))
+	}
+	for id, bh := range a.heads {
+		remember(ps.heads, id, bh.headSummary, maxRememberedHeads)
+	}
+	for id, li := range a.latest {
+		remember(ps.latest, id, latestItem{exists: li.exists, digest: li.digest}, maxRememberedItems)
+	}
+	ps.offset, ps.offsetFound, ps.offsetKnown = offset, true, true
+}
+
+// remember sets m[k] = v, first forgetting an arbitrary entry if m is full.
+func remember[K comparable, V any](m map[K]V, k K, v V, max int) {
+	if _, ok := m[k]; !ok && len(m) >= max {
+		for old := range m {
+			delete(m, old)
+			break
+		}
+	}
+	m[k] = v
+}
+
+// forget drops what the partition remembers: the next Apply reads the
+// database.
+func (ps *partitionState) forget() {
+	ps.heads, ps.latest = nil, nil
+	ps.offset, ps.offsetFound, ps.offsetKnown = 0, false, false
+}
