@@ -261,7 +261,7 @@ func (p *seqProc) start(ctx context.Context) {
 	}()
 	waitUntil(p.t, ctx, p.name+" serving HTTP", func() (bool, error) {
 		if p.exited() {
-			return false, fmt.Errorf("%s exited: %v", p.name, p.exitError())
+			return false, fmt.Errorf("%s exited: %w", p.name, p.exitError())
 		}
 		m := httpAddrLine.FindStringSubmatch(p.currentLog())
 		if m == nil {

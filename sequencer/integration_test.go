@@ -338,7 +338,7 @@ func TestIntegrationRejected(t *testing.T) {
 	}
 	expect := map[mutKey]string{}
 	for _, f := range follows {
-		expect[mutKey{f.project, f.client, f.id}] = schemas.StatusApplied
+		expect[mutKey(f)] = schemas.StatusApplied
 	}
 	cl := followChangelog(t, e)
 	waitUntil(t, ctx, "the valid mutations decided", func() (bool, error) { return cl.outcomes() >= int64(len(follows)), nil })
@@ -580,7 +580,7 @@ func (c *stallConn) Write(b []byte) (int, error) {
 		s.once.Do(func() { close(s.stalled) })
 		<-s.release
 		// The client's write deadline passed while the request waited.
-		_ = c.Conn.SetWriteDeadline(time.Time{})
+		_ = c.SetWriteDeadline(time.Time{})
 	}
 	return c.Conn.Write(b)
 }

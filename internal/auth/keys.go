@@ -179,7 +179,7 @@ func (k *Keyset) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone after the rename
 	perm := os.FileMode(0o644)
 	for _, key := range f.Keys {
 		if key.Private != "" {
