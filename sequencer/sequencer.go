@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
@@ -131,35 +130,15 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	topics, err := kadm.NewClient(cl).ListTopics(ctx, s.cfg.Topics.Mutations, s.cfg.Topics.Versions, s.cfg.Topics.Rejected)
+	// Canon's processes create the topics at start; a topic still missing
+	// after this long is not coming.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	counts, err := kafka.ReadPartitionCounts(ctx, cl, s.cfg.Topics)
 	if err != nil {
-		return fmt.Errorf("read partition counts: %w", err)
+		return fmt.Errorf("read Canon's topics (create them with 'canon topics'): %w", err)
 	}
-	count := func(t string) (int32, error) {
-		td, ok := topics[t]
-		if !ok {
-			return 0, fmt.Errorf("topic %s is missing: create Canon's topics with 'canon topics'", t)
-		}
-		if td.Err != nil {
-			return 0, fmt.Errorf("topic %s: %w: create Canon's topics with 'canon topics'", t, td.Err)
-		}
-		return int32(len(td.Partitions)), nil
-	}
-	m, err := count(s.cfg.Topics.Mutations)
-	if err != nil {
-		return err
-	}
-	v, err := count(s.cfg.Topics.Versions)
-	if err != nil {
-		return err
-	}
-	r, err := count(s.cfg.Topics.Rejected)
-	if err != nil {
-		return err
-	}
-	if m != v {
-		return fmt.Errorf("%s has %d partitions and %s has %d: they must be equal (see 'canon topics')", s.cfg.Topics.Mutations, m, s.cfg.Topics.Versions, v)
-	}
+	m, r := counts.Mutations, counts.Rejected
 	if m != s.cfg.Store.Partitions() {
 		return fmt.Errorf("the store was opened for %d partitions but %s has %d", s.cfg.Store.Partitions(), s.cfg.Topics.Mutations, m)
 	}

@@ -164,20 +164,40 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg TopicsConfig, log *sl
 	// Read back what the broker has, including topics created by a racing
 	// instance with another partition count. Metadata of a new topic takes a
 	// moment to reach every broker, so a missing one is asked for again.
-	counts, err := partitionCounts(ctx, cl, names)
+	counts, err := ReadPartitionCounts(ctx, cl, cfg.Names)
 	if err != nil {
 		return info, err
 	}
-	if err := checkPartitionCounts(cfg.Names, counts); err != nil {
-		return info, err
-	}
-	info.Partitions = counts[cfg.Names.Mutations]
+	info.Partitions = counts.Mutations
 	if info.Partitions != cfg.Partitions {
 		log.Warn("topics exist with another partition count than configured; using theirs",
 			"topic", cfg.Names.Mutations, "partitions", info.Partitions, "configured", cfg.Partitions)
 	}
 	warnFiniteRetention(ctx, adm, names, log)
 	return info, nil
+}
+
+// PartitionCounts are the partition counts of Canon's topics.
+type PartitionCounts struct {
+	// Mutations is also the count of canon.versions: ReadPartitionCounts
+	// refuses topics where they differ.
+	Mutations int32
+	Rejected  int32
+}
+
+// ReadPartitionCounts reads the partition counts of Canon's topics, waiting
+// until the metadata of all three is available or ctx ends, and refuses
+// (ErrPartitionMismatch) a canon.versions whose count differs from
+// canon.mutations'.
+func ReadPartitionCounts(ctx context.Context, cl *kgo.Client, names TopicNames) (PartitionCounts, error) {
+	counts, err := partitionCounts(ctx, cl, []string{names.Mutations, names.Versions, names.Rejected})
+	if err != nil {
+		return PartitionCounts{}, err
+	}
+	if err := checkPartitionCounts(names, counts); err != nil {
+		return PartitionCounts{}, err
+	}
+	return PartitionCounts{Mutations: counts[names.Mutations], Rejected: counts[names.Rejected]}, nil
 }
 
 // partitionCounts returns the partition count of each topic, waiting until
