@@ -96,24 +96,6 @@ func startSequencer(t *testing.T, ctx context.Context, e *env, dir string) (*Seq
 	return seq, st, done
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
-	t.Helper()
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // readTopic reads a whole topic, read_committed, up to its last stable
 // offsets as they are when it is called.
 func readTopic(t *testing.T, brokers []string, topic string) []*kgo.Record {
@@ -181,7 +163,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 		ID: 11, Name: "no.such.mutator", Args: json.RawMessage(`{}`)}) // error outcome, still a version
 	e.push(t, put("acme", "roadmap", "alice", 12, "t1", `{"last":true}`))
 
-	waitFor(t, ctx, "all versions in the store", func() (bool, error) {
+	waitUntil(t, ctx, "all versions in the store", func() (bool, error) {
 		h1, err := st.Head("acme", "roadmap", "main")
 		if err != nil {
 			return false, err
@@ -189,7 +171,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 		h2, err := st.Head("acme", "budget", "main")
 		return h1.Version == 12 && h2.Version == 10, err
 	})
-	waitFor(t, ctx, "ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
+	waitUntil(t, ctx, "ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
 
 	// The changelog: contiguous versions per project, each mutation once.
 	mem := model.NewMemState()
@@ -268,7 +250,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	seq2, st2, done2 := startSequencer(t, sctx, e, dir2)
 
 	e.push(t, put("acme", "roadmap", "alice", 13, "t2", `{"after":"restore"}`))
-	waitFor(t, ctx, "version 13 after the restore", func() (bool, error) {
+	waitUntil(t, ctx, "version 13 after the restore", func() (bool, error) {
 		h, err := st2.Head("acme", "roadmap", "main")
 		return h.Version == 13, err
 	})
@@ -304,7 +286,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	seq3, st3, done3 := startSequencer(t, sctx, e, filepath.Join(t.TempDir(), "store3"))
 	defer func() { scancel(); <-done3; st3.Close() }()
 	e.push(t, put("acme", "budget", "bob", 11, "b", `{"after":"reset"}`))
-	waitFor(t, ctx, "version 11 of budget after the reset", func() (bool, error) {
+	waitUntil(t, ctx, "version 11 of budget after the reset", func() (bool, error) {
 		h, err := st3.Head("acme", "budget", "main")
 		return h.Version == 11, err
 	})
@@ -314,7 +296,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	// Every earlier mutation comes back as a duplicate: alice's 1..13 and
 	// the resent 5 on roadmap (14; the gap 13 is now a duplicate too, 15),
 	// and bob's 1..10 on budget.
-	waitFor(t, ctx, "the earlier mutations decided again as duplicates", func() (bool, error) {
+	waitUntil(t, ctx, "the earlier mutations decided again as duplicates", func() (bool, error) {
 		return testutil.ToFloat64(seq3.m.outcomes.WithLabelValues("duplicate")) == 25, nil
 	})
 	counts := map[string]int{}
