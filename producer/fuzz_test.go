@@ -32,7 +32,7 @@ func FuzzPushDecode(f *testing.F) {
 	now := time.UnixMilli(1_700_000_000_000)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req PushRequest
-		if aerr := decodeStrict(body, &req); aerr != nil {
+		if aerr := decodeJSON(body, &req, true); aerr != nil {
 			if aerr.Status >= 500 || aerr.Code == "" || aerr.Message == "" {
 				t.Fatalf("bad refusal %+v", aerr)
 			}

@@ -40,35 +40,59 @@ type PushResponse struct {
 }
 
 func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
-	start := p.cfg.Now()
-	org, project := r.PathValue("org"), r.PathValue("project")
-	claims, aerr := p.authorize(r, org, project)
-	if aerr != nil {
-		p.fail(w, "canon", aerr)
-		return
-	}
-	body, aerr := p.readBody(w, r)
-	if aerr != nil {
-		p.fail(w, "canon", aerr)
+	in, ok := p.accept(w, r, "canon")
+	if !ok {
 		return
 	}
 	var req PushRequest
-	if aerr := decodeStrict(body, &req); aerr != nil {
+	if aerr := decodeJSON(in.body, &req, true); aerr != nil {
 		p.fail(w, "canon", aerr)
 		return
 	}
-	ms, aerr := p.mutations(org, project, req.Branch, req.ClientGroup, claims, req.Mutations, start)
+	if written, ok := p.ingest(w, r, in, req.Branch, req.ClientGroup, req.Mutations); ok {
+		writeJSON(w, http.StatusOK, PushResponse{Mutations: written})
+	}
+}
+
+// incoming is a push that passed authentication and whose body was read.
+type incoming struct {
+	api          string // canon or replicache, for the metrics
+	org, project string
+	claims       *auth.Claims
+	body         []byte
+	start        time.Time
+}
+
+// accept authenticates a push for write access and reads its body; on
+// false it has answered with the error.
+func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*incoming, bool) {
+	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
+	var aerr *apiError
+	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
+		in.body, aerr = p.readBody(w, r)
+	}
 	if aerr != nil {
-		p.fail(w, "canon", aerr)
-		return
+		p.fail(w, api, aerr)
+		return nil, false
 	}
-	written, aerr := p.write(r, claims, ms, start)
+	return in, true
+}
+
+// ingest validates a push's mutations, writes them and counts them; on
+// false it has answered with the error.
+func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, branch, group string, pms []PushMutation) ([]Written, bool) {
+	ms, aerr := p.mutations(in.org, in.project, branch, group, in.claims, pms, in.start)
 	if aerr != nil {
-		p.fail(w, "canon", aerr)
-		return
+		p.fail(w, in.api, aerr)
+		return nil, false
 	}
-	p.m.observe("canon", len(ms), p.cfg.Now().Sub(start))
-	writeJSON(w, http.StatusOK, PushResponse{Mutations: written})
+	written, aerr := p.write(r, in.claims, ms, in.start)
+	if aerr != nil {
+		p.fail(w, in.api, aerr)
+		return nil, false
+	}
+	p.m.observe(in.api, len(ms), p.cfg.Now().Sub(in.start))
+	return written, true
 }
 
 // authorize checks the bearer token for write access to org/project.
@@ -124,11 +148,13 @@ func (p *Producer) bodyTooLarge(n int64) *apiError {
 		Hint: "split the mutations over several pushes"}
 }
 
-// decodeStrict decodes one JSON object with no unknown fields and no
-// trailing data, naming the field of a type error.
-func decodeStrict(body []byte, v any) *apiError {
+// decodeJSON decodes one JSON object with no trailing data, naming the
+// field of a type error; strict refuses unknown fields.
+func decodeJSON(body []byte, v any, strict bool) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
 		err = errors.New("data after the JSON object")

@@ -29,22 +29,14 @@ type replicacheMutation struct {
 // until a pull confirms them; those already applied are skipped as
 // duplicates downstream.
 func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) {
-	start := p.cfg.Now()
-	org, project := r.PathValue("org"), r.PathValue("project")
-	claims, aerr := p.authorize(r, org, project)
-	if aerr != nil {
-		p.fail(w, "replicache", aerr)
-		return
-	}
-	body, aerr := p.readBody(w, r)
-	if aerr != nil {
-		p.fail(w, "replicache", aerr)
+	in, ok := p.accept(w, r, "replicache")
+	if !ok {
 		return
 	}
 	var req replicachePush
 	// Replicache may add fields: unknown ones are ignored here.
-	if err := json.Unmarshal(body, &req); err != nil {
-		p.fail(w, "replicache", decodeStrict(body, &struct{}{}))
+	if aerr := decodeJSON(in.body, &req, false); aerr != nil {
+		p.fail(w, "replicache", aerr)
 		return
 	}
 	if req.PushVersion != 1 {
@@ -57,23 +49,15 @@ func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) 
 		writeJSON(w, http.StatusOK, struct{}{})
 		return
 	}
-	in := make([]PushMutation, len(req.Mutations))
+	pms := make([]PushMutation, len(req.Mutations))
 	for i, m := range req.Mutations {
 		ts := int64(0)
 		if m.Timestamp > 0 && m.Timestamp < math.MaxInt64 {
 			ts = int64(m.Timestamp) // Replicache's timestamp is a client clock in ms
 		}
-		in[i] = PushMutation{Client: m.ClientID, ID: m.ID, Name: m.Name, Args: m.Args, TS: ts}
+		pms[i] = PushMutation{Client: m.ClientID, ID: m.ID, Name: m.Name, Args: m.Args, TS: ts}
 	}
-	ms, aerr := p.mutations(org, project, r.URL.Query().Get("branch"), req.ClientGroupID, claims, in, start)
-	if aerr != nil {
-		p.fail(w, "replicache", aerr)
-		return
+	if _, ok := p.ingest(w, r, in, r.URL.Query().Get("branch"), req.ClientGroupID, pms); ok {
+		writeJSON(w, http.StatusOK, struct{}{})
 	}
-	if _, aerr := p.write(r, claims, ms, start); aerr != nil {
-		p.fail(w, "replicache", aerr)
-		return
-	}
-	p.m.observe("replicache", len(ms), p.cfg.Now().Sub(start))
-	writeJSON(w, http.StatusOK, struct{}{})
 }
