@@ -82,9 +82,6 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 }
 
 func knownRoles() string {
-	if len(roles) == 0 {
-		return "none in this build yet"
-	}
 	names := make([]string, 0, len(roles))
 	for name, r := range roles {
 		names = append(names, name+" ("+r.help+")")
