@@ -214,7 +214,7 @@ func newSeqProc(t *testing.T, e *topicsEnv, name string, extra ...string) *seqPr
 	p.args = append([]string{"serve", "--roles", "sequencer",
 		"--brokers", strings.Join(e.brokers, ","),
 		"--topic-prefix", e.prefix,
-		"--partitions", strconv.Itoa(int(e.parts)),
+		"--topic-partitions", strconv.Itoa(int(e.parts)),
 		"--data", p.data,
 		"--http", "127.0.0.1:0",
 		"--session-timeout", itSessionTimeout.String(),

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
+	"github.com/canon-sync/canon/store"
 )
 
 // kafkaFlags configure the connection to Kafka and Canon's topics.
@@ -35,7 +39,7 @@ func (k *kafkaFlags) register(cmd *cobra.Command, brokersHelp string) {
 	f := cmd.Flags()
 	f.StringSliceVar(&k.brokers, "brokers", nil, brokersHelp)
 	f.StringVar(&k.topicPrefix, "topic-prefix", "", "prefix of Canon's topic names, to share a Kafka cluster between deployments")
-	f.Int32Var(&k.partitions, "partitions", kafka.DefaultPartitions,
+	f.Int32Var(&k.partitions, "topic-partitions", kafka.DefaultPartitions,
 		"partitions of Canon's topics when they are created (existing topics keep theirs)")
 	f.Int16Var(&k.replicationFactor, "replication-factor", -1, "replication factor of new topics (-1: the broker's default)")
 	f.Int32Var(&k.maxMessageBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "max.message.bytes of Canon's topics")
@@ -70,6 +74,46 @@ type node struct {
 	topicPrefix string
 	// seq tunes the sequencer role; zero fields take its defaults.
 	seq sequencerTuning
+	// roles are the roles this node runs, set before any is set up.
+	roles []string
+	// partitions are the partitions of Canon's topics that the node's read
+	// roles serve (--partitions); nil means all of them.
+	partitions []int32
+	// store is the Pebble store the node's roles share (Pebble allows one
+	// opener per directory); opened by the first role that asks.
+	store *store.Store
+}
+
+// runs reports whether the node runs the named role.
+func (n *node) runs(role string) bool { return slices.Contains(n.roles, role) }
+
+// sharedStore opens the store under the node's data dir once; every role
+// of the node gets the same one. It is closed by closeStore after all
+// roles stopped.
+func (n *node) sharedStore() (*store.Store, error) {
+	if n.store != nil {
+		return n.store, nil
+	}
+	dir := filepath.Join(n.dataDir, "store")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w (pass --data with a writable directory)", dir, err)
+	}
+	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log})
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	n.store = st
+	return st, nil
+}
+
+// closeStore closes the shared store, if a role opened it.
+func (n *node) closeStore() {
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			n.log.Error("close the store", "err", err)
+		}
+		n.store = nil
+	}
 }
 
 // sequencerTuning holds the hidden timeouts of `canon serve` that tests
@@ -147,6 +191,7 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 		g.Go(func() error { return c(gctx) })
 	}
 	err = g.Wait()
+	n.closeStore()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		err = nil
 	}

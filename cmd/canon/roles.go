@@ -3,13 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/sequencer"
-	"github.com/canon-sync/canon/store"
 )
 
 func init() {
@@ -42,21 +38,8 @@ func setupProducer(n *node) (func(context.Context) error, error) {
 	}, nil
 }
 
-// openStore opens the Pebble store under the node's data dir.
-func openStore(n *node) (*store.Store, error) {
-	dir := filepath.Join(n.dataDir, "store")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w (pass --data with a writable directory)", dir, err)
-	}
-	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log})
-	if err != nil {
-		return nil, fmt.Errorf("open store in %s: %w", dir, err)
-	}
-	return st, nil
-}
-
 func setupSequencer(n *node) (func(context.Context) error, error) {
-	st, err := openStore(n)
+	st, err := n.sharedStore()
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +58,8 @@ func setupSequencer(n *node) (func(context.Context) error, error) {
 		Registerer:         n.registry,
 	})
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	n.ready.Add("sequencer", seq.Ready)
-	return func(ctx context.Context) error {
-		defer st.Close()
-		return seq.Run(ctx)
-	}, nil
+	return seq.Run, nil
 }

@@ -23,10 +23,12 @@ type role struct {
 
 // setupRoles sets up the named roles on n.
 func setupRoles(n *node, names []string) ([]func(context.Context) error, error) {
+	n.roles = names
 	runs := make([]func(context.Context) error, 0, len(names))
 	for _, name := range names {
 		run, err := roles[name].setup(n)
 		if err != nil {
+			n.closeStore()
 			return nil, fmt.Errorf("role %s: %w", name, err)
 		}
 		runs = append(runs, run)
@@ -44,7 +46,9 @@ type serveFlags struct {
 	data  string
 	keys  string
 	roles []string
-	seq   sequencerTuning
+	// partitions is --partitions: the partitions the read roles serve.
+	partitions string
+	seq        sequencerTuning
 }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
@@ -72,6 +76,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
 	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer role)")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
+	cmd.Flags().StringVar(&f.partitions, "partitions", "", "partitions a read replica (role readapi without sequencer) materializes and serves, e.g. 0-5,8 (default: all)")
 	// Hidden: failure tests shorten them so that a stopped or killed
 	// instance is replaced in seconds; production keeps the defaults.
 	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")
@@ -113,6 +118,9 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 		}
 	}
 	n.seq = f.seq
+	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
+		return usageError{err}
+	}
 	log.Info("canon serve started", "version", versionString(), "roles", f.roles,
 		"http", n.httpLn.Addr().String(), "partitions", n.topics.Partitions)
 	components, err := setupRoles(n, f.roles)

@@ -19,7 +19,7 @@ func newTopicsCmd(g *globalFlags) *cobra.Command {
 with infinite retention and an explicit max.message.bytes, and check that
 canon.mutations and canon.versions have the same partition count.
 Every canon process does this at start; this command does it alone.`,
-		Example: `  canon topics --brokers localhost:9092 --partitions 24`,
+		Example: `  canon topics --brokers localhost:9092 --topic-partitions 24`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
