@@ -26,8 +26,8 @@ const (
 	CodeVersion          = "unsupported_version" // 400: a Replicache pushVersion other than 1
 )
 
-// apiError is the JSON error answer.
-type apiError struct {
+// Error is the JSON error answer of the push endpoints (and of Push).
+type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -37,16 +37,16 @@ type apiError struct {
 	retryAfter int
 }
 
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-func writeError(w http.ResponseWriter, e *apiError) {
+func writeError(w http.ResponseWriter, e *Error) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="canon"`)
 	}
-	writeJSON(w, e.Status, map[string]*apiError{"error": e})
+	writeJSON(w, e.Status, map[string]*Error{"error": e})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -57,34 +57,34 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // authError maps a token error to 401 or 403.
-func authError(err error) *apiError {
+func authError(err error) *Error {
 	switch {
 	case errors.Is(err, auth.ErrNoToken):
-		return &apiError{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "no token",
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "no token",
 			Hint: "send 'Authorization: Bearer TOKEN' (canon token issue makes one)"}
 	case errors.Is(err, auth.ErrForbidden):
-		return &apiError{Status: http.StatusForbidden, Code: CodeForbidden, Message: err.Error(),
+		return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: err.Error(),
 			Hint: "use a token issued for this org, project and scope"}
 	default:
-		return &apiError{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: err.Error(),
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: err.Error(),
 			Hint: "get a valid, unexpired token"}
 	}
 }
 
 // fieldError maps a schemas validation error of mutation i to 400 or 413.
-func fieldError(i int, err error) *apiError {
+func fieldError(i int, err error) *Error {
 	field := ""
 	var fe *schemas.FieldError
 	if errors.As(err, &fe) {
 		field = fmt.Sprintf("mutations[%d].%s", i, fe.Field)
 	}
 	if errors.Is(err, schemas.ErrTooLarge) {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: field, Message: err.Error(),
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: field, Message: err.Error(),
 			Hint: "send smaller args; large items are split across several items"}
 	}
 	msg := err.Error()
 	if fe != nil {
 		msg = fe.Reason
 	}
-	return &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: msg}
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: msg}
 }

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,7 +68,7 @@ type incoming struct {
 // false it has answered with the error.
 func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*incoming, bool) {
 	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
-	var aerr *apiError
+	var aerr *Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
 		in.body, aerr = p.readBody(w, r)
 	}
@@ -86,7 +87,7 @@ func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, 
 		p.fail(w, in.api, aerr)
 		return nil, false
 	}
-	written, aerr := p.write(r, in.claims, ms, in.start)
+	written, aerr := p.write(r.Context(), in.claims, ms, in.start)
 	if aerr != nil {
 		p.fail(w, in.api, aerr)
 		return nil, false
@@ -95,13 +96,34 @@ func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, 
 	return written, true
 }
 
+// Push validates and writes a push of an already authenticated principal,
+// with the same rules, limits and errors as the HTTP endpoint: the
+// websocket uses it for mutations pushed on the socket. claims must allow
+// writing to org/project.
+func (p *Producer) Push(ctx context.Context, claims *auth.Claims, org, project string, req PushRequest) ([]Written, *Error) {
+	if err := claims.Allow(org, project, auth.ScopeWrite); err != nil {
+		return nil, authError(err)
+	}
+	start := p.cfg.Now()
+	ms, aerr := p.mutations(org, project, req.Branch, req.ClientGroup, claims, req.Mutations, start)
+	if aerr == nil {
+		var written []Written
+		if written, aerr = p.write(ctx, claims, ms, start); aerr == nil {
+			p.m.observe("ws", len(ms), p.cfg.Now().Sub(start))
+			return written, nil
+		}
+	}
+	p.m.refused("ws", aerr.Code)
+	return nil, aerr
+}
+
 // authorize checks the bearer token for write access to org/project.
-func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims, *apiError) {
+func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims, *Error) {
 	if err := schemas.ValidateOrg("org", org); err != nil {
-		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "org", Message: err.Error()}
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "org", Message: err.Error()}
 	}
 	if err := schemas.ValidateProject("project", project); err != nil {
-		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "project", Message: err.Error()}
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "project", Message: err.Error()}
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
@@ -118,10 +140,10 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 }
 
 // readBody checks the content type and reads at most MaxBodyBytes.
-func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
 			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
 			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
 	}
@@ -134,23 +156,23 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *ap
 		return nil, p.bodyTooLarge(-1)
 	}
 	if err != nil {
-		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
 	}
 	return body, nil
 }
 
-func (p *Producer) bodyTooLarge(n int64) *apiError {
+func (p *Producer) bodyTooLarge(n int64) *Error {
 	msg := fmt.Sprintf("the body is over the limit of %d bytes", p.cfg.MaxBodyBytes)
 	if n > 0 {
 		msg = fmt.Sprintf("the body is %d bytes, over the limit of %d bytes", n, p.cfg.MaxBodyBytes)
 	}
-	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: msg,
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: msg,
 		Hint: "split the mutations over several pushes"}
 }
 
 // decodeJSON decodes one JSON object with no trailing data, naming the
 // field of a type error; strict refuses unknown fields.
-func decodeJSON(body []byte, v any, strict bool) *apiError {
+func decodeJSON(body []byte, v any, strict bool) *Error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if strict {
 		dec.DisallowUnknownFields()
@@ -171,19 +193,19 @@ func decodeJSON(body []byte, v any, strict bool) *apiError {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: te.Field,
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: te.Field,
 			Message: fmt.Sprintf("must be %s, got %s", jsonKind(te.Type.String()), te.Value)}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not valid JSON: it ends too early"}
+		return &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not valid JSON: it ends too early"}
 	case errors.As(err, &se):
-		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformed,
+		return &Error{Status: http.StatusBadRequest, Code: CodeMalformed,
 			Message: fmt.Sprintf("the body is not valid JSON: %v (at byte %d)", se, se.Offset)}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field,
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field,
 			Message: fmt.Sprintf("unknown field %q", field), Hint: "check the field's spelling"}
 	default:
-		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not the expected JSON object: " + err.Error()}
+		return &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not the expected JSON object: " + err.Error()}
 	}
 }
 
@@ -203,22 +225,22 @@ func jsonKind(goType string) string {
 }
 
 // mutations validates a request's mutations and stamps them.
-func (p *Producer) mutations(org, project, branch, group string, claims *auth.Claims, in []PushMutation, received time.Time) ([]*schemas.Mutation, *apiError) {
+func (p *Producer) mutations(org, project, branch, group string, claims *auth.Claims, in []PushMutation, received time.Time) ([]*schemas.Mutation, *Error) {
 	if branch == "" {
 		branch = schemas.DefaultBranch
 	}
 	if err := schemas.ValidateBranch("branch", branch); err != nil {
-		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "branch", Message: err.Error()}
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "branch", Message: err.Error()}
 	}
 	if err := schemas.ValidateClient("clientGroup", group); err != nil {
-		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "clientGroup", Message: err.Error()}
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "clientGroup", Message: err.Error()}
 	}
 	if len(in) == 0 {
-		return nil, &apiError{Status: http.StatusBadRequest, Code: CodeEmptyBatch, Field: "mutations", Message: "no mutations",
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeEmptyBatch, Field: "mutations", Message: "no mutations",
 			Hint: "send at least one mutation"}
 	}
 	if len(in) > p.cfg.MaxBatch {
-		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "mutations",
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "mutations",
 			Message: fmt.Sprintf("%d mutations, over the limit of %d per push", len(in), p.cfg.MaxBatch),
 			Hint:    "split the mutations over several pushes, in order"}
 	}
@@ -226,11 +248,11 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 	last := map[string]uint64{}
 	for i, pm := range in {
 		if pm.ID == 0 {
-			return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
+			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: "must be an integer >= 1, got 0", Hint: "a client's first mutation has id 1"}
 		}
 		if prev, ok := last[pm.Client]; ok && pm.ID != prev+1 {
-			return nil, &apiError{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
+			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: fmt.Sprintf("client %s sends id %d after %d in the same push: ids must increase by 1", pm.Client, pm.ID, prev)}
 		}
 		last[pm.Client] = pm.ID
@@ -246,7 +268,7 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 
 // write encodes (validating every field and limit), rate-limits and
 // produces the mutations.
-func (p *Producer) write(r *http.Request, claims *auth.Claims, ms []*schemas.Mutation, received time.Time) ([]Written, *apiError) {
+func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, received time.Time) ([]Written, *Error) {
 	values := make([][]byte, len(ms))
 	for i, m := range ms {
 		v, err := schemas.EncodeMutation(m, p.cfg.Limits)
@@ -256,22 +278,22 @@ func (p *Producer) write(r *http.Request, claims *auth.Claims, ms []*schemas.Mut
 		values[i] = v
 	}
 	if wait, ok := p.limiter.allow(claims.Principal(), len(ms), received); !ok {
-		return nil, &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 			Message:    fmt.Sprintf("%s is over its rate of %.0f mutations per second", claims.Principal(), p.cfg.Rate),
 			Hint:       "retry after the Retry-After seconds, in order",
 			retryAfter: int(math.Ceil(wait.Seconds()))}
 	}
-	written, err := p.produce(r.Context(), ms, values, received)
+	written, err := p.produce(ctx, ms, values, received)
 	if err != nil {
 		p.cfg.Log.Warn("produce pushed mutations", "err", err, "org", ms[0].Org, "project", ms[0].Project)
-		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the mutations could not be written to Kafka: " + err.Error(),
 			Hint:    "retry the same push: mutations already written are skipped as duplicates", retryAfter: 1}
 	}
 	return written, nil
 }
 
-func (p *Producer) fail(w http.ResponseWriter, api string, e *apiError) {
+func (p *Producer) fail(w http.ResponseWriter, api string, e *Error) {
 	p.m.refused(api, e.Code)
 	writeError(w, e)
 }

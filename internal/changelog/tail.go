@@ -1,0 +1,175 @@
+// Package changelog follows Canon's output topics: it reads canon.versions
+// (and optionally canon.rejected) read_committed, without a consumer
+// group, and hands decoded records to its caller in partition order. The
+// live projector, the producer's ?wait=applied and the tools read the
+// changelog through it.
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// Config configures a Tail.
+type Config struct {
+	Kafka  kafka.ClientConfig
+	Topics kafka.TopicNames
+	// Partitions are the partitions to follow; nil follows all
+	// PartitionCount of them.
+	Partitions     []int32
+	PartitionCount int32
+	// Start gives the first offset of canon.versions to read per
+	// partition; partitions without one start at the end (only records
+	// written after the tail started), or at the start with FromStart.
+	Start     map[int32]int64
+	FromStart bool
+	// Rejected also follows canon.rejected, from its end.
+	Rejected bool
+	// Limits bound decoded records; zero fields take schemas.DefaultLimits.
+	Limits schemas.Limits
+	Log    *slog.Logger
+}
+
+// Event is one record of the changelog. Exactly one of Version, Chunk,
+// Rejected and Err is set; Err is a record that does not decode, which
+// the caller skips (the sequencer never writes one).
+type Event struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Timestamp is the record's Kafka timestamp.
+	Timestamp int64
+	Version   *schemas.Version
+	Chunk     *schemas.Chunk
+	Rejected  *schemas.Rejected
+	Err       error
+}
+
+// Tail follows the changelog. Poll is not safe for concurrent use.
+type Tail struct {
+	cfg Config
+	cl  *kgo.Client
+}
+
+// New starts a tail; records are fetched from the first Poll on.
+func New(cfg Config) (*Tail, error) {
+	if cfg.Topics.Versions == "" {
+		return nil, errors.New("changelog: no versions topic")
+	}
+	if cfg.Partitions == nil {
+		if cfg.PartitionCount <= 0 {
+			return nil, errors.New("changelog: neither Partitions nor PartitionCount set")
+		}
+		for p := range cfg.PartitionCount {
+			cfg.Partitions = append(cfg.Partitions, p)
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	opts, err := cfg.Kafka.Opts()
+	if err != nil {
+		return nil, err
+	}
+	parts := map[string]map[int32]kgo.Offset{cfg.Topics.Versions: {}}
+	for _, p := range cfg.Partitions {
+		o := kgo.NewOffset().AtEnd()
+		if cfg.FromStart {
+			o = kgo.NewOffset().AtStart()
+		}
+		if at, ok := cfg.Start[p]; ok {
+			o = kgo.NewOffset().At(at)
+		}
+		parts[cfg.Topics.Versions][p] = o
+	}
+	if cfg.Rejected {
+		parts[cfg.Topics.Rejected] = map[int32]kgo.Offset{}
+		for _, p := range cfg.Partitions {
+			parts[cfg.Topics.Rejected][p] = kgo.NewOffset().AtEnd()
+		}
+	}
+	cl, err := kgo.NewClient(append(opts,
+		kgo.ConsumePartitions(parts),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(kafkaFetchMaxWait),
+		kgo.FetchMaxBytes(64<<20),
+		kgo.FetchMaxPartitionBytes(8<<20),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("changelog: kafka client: %w", err)
+	}
+	return &Tail{cfg: cfg, cl: cl}, nil
+}
+
+// kafkaFetchMaxWait bounds how long a fetch waits for new records: it is
+// the added latency of a live version at worst when a fetch is in flight.
+const kafkaFetchMaxWait = 100 * time.Millisecond
+
+// Close stops the tail.
+func (t *Tail) Close() { t.cl.Close() }
+
+// Client is the tail's Kafka client, for lookups such as end offsets.
+func (t *Tail) Client() *kgo.Client { return t.cl }
+
+// Poll waits for the next records and returns them decoded, in offset
+// order per partition. It returns ctx's error when ctx ends.
+func (t *Tail) Poll(ctx context.Context) ([]Event, error) {
+	for {
+		fs := t.cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if fs.IsClientClosed() {
+			return nil, kgo.ErrClientClosed
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				t.cfg.Log.Warn("changelog fetch", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		var evs []Event
+		fs.EachRecord(func(r *kgo.Record) { evs = append(evs, t.decode(r)) })
+		if len(evs) > 0 {
+			return evs, nil
+		}
+	}
+}
+
+func (t *Tail) decode(r *kgo.Record) Event {
+	ev := Event{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli()}
+	var schema, hash string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case schemas.HeaderSchema:
+			schema = string(h.Value)
+		case schemas.HeaderChunkHash:
+			hash = string(h.Value)
+		}
+	}
+	if r.Topic == t.cfg.Topics.Rejected {
+		ev.Rejected, ev.Err = schemas.DecodeRejected(schema, r.Value, t.cfg.Limits)
+		return ev
+	}
+	kind, _, err := schemas.ParseSchema(schema)
+	if err != nil {
+		ev.Err = err
+		return ev
+	}
+	switch kind {
+	case schemas.KindChunk:
+		ev.Chunk, ev.Err = schemas.DecodeChunk(schema, hash, r.Key, r.Value, t.cfg.Limits)
+	case schemas.KindVersion:
+		ev.Version, ev.Err = schemas.DecodeVersion(schema, r.Value, t.cfg.Limits)
+	default:
+		ev.Err = fmt.Errorf("%w: %q in %s", schemas.ErrUnknownSchema, schema, r.Topic)
+	}
+	return ev
+}
