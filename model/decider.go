@@ -80,6 +80,9 @@ type projectState struct {
 	// bodies are the chunk lists of bodies known by hash, from the overlay
 	// or the Reader: a body known here is not chunked again.
 	bodies map[string][]string
+	// groups are the owners of client groups, from the overlay or the
+	// Reader.
+	groups map[string]string
 }
 
 // NewDecider returns a Decider over r's committed state. A zero field of
@@ -151,11 +154,12 @@ func (bs *branchState) empty() bool {
 // empty empties a project state for reuse; false if it is too large to
 // keep.
 func (ps *projectState) empty() bool {
-	if len(ps.chunks) > maxReusedEntries || len(ps.bodies) > maxReusedEntries {
+	if len(ps.chunks) > maxReusedEntries || len(ps.bodies) > maxReusedEntries || len(ps.groups) > maxReusedEntries {
 		return false
 	}
 	clear(ps.chunks)
 	clear(ps.bodies)
+	clear(ps.groups)
 	return true
 }
 
@@ -179,6 +183,13 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 	bs, err := d.branch(branchKey{m.Org, m.Project, branch})
 	if err != nil {
 		return Decision{}, err
+	}
+	if ok, err := d.mayUseGroup(bs.key, m); err != nil || !ok {
+		if err != nil {
+			return Decision{}, err
+		}
+		return Decision{Kind: Rejected, Reason: schemas.ReasonUnauthorized,
+			Message: fmt.Sprintf("client group %s of %s/%s belongs to another principal than %s: each user agent needs a client group of its own", m.ClientGroup, m.Org, m.Project, m.Principal)}, nil
 	}
 	entry, known := d.reg.lookup(m.Name)
 	isCreate := known && entry.system && m.Name == BranchCreate
@@ -432,6 +443,13 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 	if bs.stateHash == "" {
 		bs.stateHash = stateHash(bs.state, bs.scalars)
 	}
+	if m.Principal != "" && m.ClientGroup != "" {
+		// The group's first principal owns it (mayUseGroup looked it up).
+		ps := d.project(bs.key)
+		if _, ok := ps.groups[m.ClientGroup]; !ok {
+			ps.groups[m.ClientGroup] = m.Principal
+		}
+	}
 	bs.head = v
 	bs.heads = append(bs.heads, headSnap{scalars: bs.scalars, state: bs.state, stateHash: bs.stateHash})
 	bs.lastIDs[m.Client] = m.ID
@@ -656,10 +674,32 @@ func (d *Decider) project(k branchKey) *projectState {
 	pk := projectKey{k.org, k.project}
 	ps, ok := d.projects[pk]
 	if !ok {
-		ps = &projectState{chunks: make(map[string]struct{}), bodies: make(map[string][]string)}
+		ps = &projectState{chunks: make(map[string]struct{}), bodies: make(map[string][]string), groups: make(map[string]string)}
 		d.projects[pk] = ps
 	}
 	return ps
+}
+
+// mayUseGroup reports whether the mutation's principal may use its client
+// group: the group is unbound or bound to that principal. A mutation
+// without a principal was written to Kafka by a trusted tool, not by the
+// ingest, and is not checked.
+func (d *Decider) mayUseGroup(k branchKey, m *schemas.Mutation) (bool, error) {
+	if m.Principal == "" || m.ClientGroup == "" {
+		return true, nil
+	}
+	ps := d.project(k)
+	owner, ok := ps.groups[m.ClientGroup]
+	if !ok {
+		var err error
+		if owner, ok, err = d.r.GroupPrincipal(k.org, k.project, m.ClientGroup); err != nil {
+			return false, err
+		}
+		if ok {
+			ps.groups[m.ClientGroup] = owner
+		}
+	}
+	return !ok || owner == m.Principal, nil
 }
 
 func (d *Decider) lastID(bs *branchState, client string) (uint64, error) {

@@ -356,6 +356,13 @@ func (f *faultyReader) LastID(org, project, branch, client string) (uint64, erro
 	return f.Reader.LastID(org, project, branch, client)
 }
 
+func (f *faultyReader) GroupPrincipal(org, project, group string) (string, bool, error) {
+	if f.fail == "GroupPrincipal" {
+		return "", false, errBoom
+	}
+	return f.Reader.GroupPrincipal(org, project, group)
+}
+
 // A Reader failure is Decide's error, never an outcome, even when the
 // mutator swallows it; the overlay is left as it was.
 func TestDecideReaderErrors(t *testing.T) {
@@ -378,6 +385,7 @@ func TestDecideReaderErrors(t *testing.T) {
 	}{
 		{fail: "Head", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
 		{fail: "LastID", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
+		{fail: "GroupPrincipal", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
 		{fail: "ItemRef", name: ItemPatch, args: `{"collection":"tasks","id":"t1","data":{}}`},
 		{fail: "ItemRef", name: "test.swallow", args: `{}`},
 		{fail: "Body", name: ItemPatch, args: `{"collection":"tasks","id":"t1","data":{"a":1}}`},
@@ -396,7 +404,8 @@ func TestDecideReaderErrors(t *testing.T) {
 				t.Fatalf("%s: first mutation: %v %v", tc.fail, d.Kind, err)
 			}
 		}
-		m := &schemas.Mutation{Org: testOrg, Project: testProject, Branch: tc.branch, Client: "c", ID: 1, Name: tc.name, Args: json.RawMessage(tc.args)}
+		m := &schemas.Mutation{Org: testOrg, Project: testProject, Branch: tc.branch, Client: "c", ID: 1, Name: tc.name, Args: json.RawMessage(tc.args),
+			ClientGroup: "gc", Principal: "carol"}
 		if tc.first != nil {
 			m.Client, m.ID = tc.first.client, 2
 		}
@@ -467,5 +476,57 @@ func TestTxDeadAfterReturn(t *testing.T) {
 	}
 	if d.Kind != Applied || len(d.Version.Scalars) != 0 || len(d.Version.Items) != 0 {
 		t.Errorf("test.keep: %v %v %v", d.Kind, d.Version.Scalars, d.Version.Items)
+	}
+}
+
+// A client group belongs to the first principal that made a version with
+// it: another principal's mutations in it are rejected (unauthorized), in
+// the same batch and after a commit, and advance no id; the owner goes on.
+func TestDecideClientGroupBinding(t *testing.T) {
+	s := NewMemState()
+	dec := NewDecider(s, NewRegistry(), schemas.Limits{})
+	put := func(principal, group, client string, id uint64) Decision {
+		t.Helper()
+		m := &schemas.Mutation{Org: testOrg, Project: testProject, ClientGroup: group, Client: client, ID: id,
+			Name: ItemPut, Args: json.RawMessage(fmt.Sprintf(`{"collection":"tasks","id":"t","data":%d}`, id)), Principal: principal}
+		d, err := dec.Decide(MutationRecord{Mutation: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Version != nil {
+			if err := s.Apply(d.Version, d.Chunks); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	if d := put("alice", "g1", "a1", 1); d.Kind != Applied {
+		t.Fatalf("alice's first mutation: %v", d.Kind)
+	}
+	// Same batch: the overlay knows the binding.
+	d := put("mallory", "g1", "m1", 1)
+	if d.Kind != Rejected || d.Reason != schemas.ReasonUnauthorized || !strings.Contains(d.Message, "client group g1") {
+		t.Fatalf("mallory in alice's group: %v %s %q, want rejected unauthorized", d.Kind, d.Reason, d.Message)
+	}
+	// Even with the id that alice's client expects next.
+	if d := put("mallory", "g1", "a1", 2); d.Kind != Rejected || d.Reason != schemas.ReasonUnauthorized {
+		t.Fatalf("mallory advancing alice's client: %v %s", d.Kind, d.Reason)
+	}
+	dec.Reset() // committed: the Reader knows the binding
+	if d := put("mallory", "g1", "a1", 2); d.Kind != Rejected || d.Reason != schemas.ReasonUnauthorized {
+		t.Fatalf("after a commit, mallory in alice's group: %v %s", d.Kind, d.Reason)
+	}
+	if d := put("alice", "g1", "a1", 2); d.Kind != Applied {
+		t.Fatalf("alice after mallory's attempts: %v %s %q", d.Kind, d.Reason, d.Message)
+	}
+	if d := put("mallory", "g2", "m1", 1); d.Kind != Applied {
+		t.Fatalf("mallory in a group of her own: %v %s", d.Kind, d.Message)
+	}
+	// A record without a principal comes from a trusted tool: not checked.
+	if d := put("", "g1", "a1", 3); d.Kind != Applied {
+		t.Fatalf("trusted record in alice's group: %v %s", d.Kind, d.Message)
+	}
+	if p, ok, _ := s.GroupPrincipal(testOrg, testProject, "g1"); !ok || p != "alice" {
+		t.Fatalf("owner of g1 = %q, %v; want alice", p, ok)
 	}
 }

@@ -37,6 +37,9 @@ type MemState struct {
 	chunks   map[projectKey]map[string][]byte
 	// bodies are the chunk lists of the bodies of applied puts, by hash.
 	bodies map[projectKey]map[string][]string
+	// groups are the owners of the projects' client groups: the first
+	// principal that made a version with the group.
+	groups map[projectKey]map[string]string
 }
 
 type memBranch struct {
@@ -60,6 +63,7 @@ func NewMemState() *MemState {
 		branches: make(map[branchKey]*memBranch),
 		chunks:   make(map[projectKey]map[string][]byte),
 		bodies:   make(map[projectKey]map[string][]string),
+		groups:   make(map[projectKey]map[string]string),
 	}
 }
 
@@ -267,7 +271,26 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 	}
 	maps.Copy(s.chunks[pk], newChunks)
 	maps.Copy(s.bodies[pk], newBodies)
+	for _, o := range v.Mutations {
+		if o.ClientGroup == "" || o.Principal == "" {
+			continue
+		}
+		if s.groups[pk] == nil {
+			s.groups[pk] = make(map[string]string)
+		}
+		if _, ok := s.groups[pk][o.ClientGroup]; !ok {
+			s.groups[pk][o.ClientGroup] = o.Principal
+		}
+	}
 	return nil
+}
+
+// GroupPrincipal implements Reader.
+func (s *MemState) GroupPrincipal(org, project, group string) (string, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.groups[projectKey{org, project}][group]
+	return p, ok, nil
 }
 
 func (s *MemState) version(org, project, branch string, v uint64) (*memVersion, bool) {

@@ -73,6 +73,10 @@ type Reader interface {
 	HasChunk(org, project, hash string) (bool, error)
 	// LastID is the last mutation id of a client on a branch (0: none).
 	LastID(org, project, branch, client string) (uint64, error)
+	// GroupPrincipal is the principal that owns a client group in a
+	// project: the first one that made a version with it; ok is false
+	// for a group no principal used yet.
+	GroupPrincipal(org, project, group string) (principal string, ok bool, err error)
 }
 
 // ErrNotFound is returned by Tx.Get and Tx.Delete for a missing item (the
@@ -139,7 +143,8 @@ const (
 	// Rejected means the mutation cannot be recorded on its branch: the branch
 	// does not exist (only "main" is created by its first mutation, other
 	// branches by branch.create), a branch.create that failed on a branch
-	// that does not exist, or a missing or malformed key field. Nothing is
+	// that does not exist, a missing or malformed key field, or a client
+	// group that belongs to another principal (reason unauthorized). Nothing is
 	// produced on the branch and no last id advances; the sequencer writes
 	// a rejected record with Reason and Message.
 	Rejected

@@ -144,6 +144,10 @@ type applier struct {
 	lastIDs   map[lastIDID]uint64 // to write
 	chunks    map[blobID][]byte   // chunks of the call, checked against their hash
 	manifests map[blobID]manifest
+	// groups and groupClients are the client groups and their clients the
+	// call indexed (bindGroup).
+	groups       map[groupID]string
+	groupClients map[groupClientID]struct{}
 
 	// The last project found valid and in the partition.
 	org, project string
@@ -336,6 +340,9 @@ func (a *applier) applyVersion(v *schemas.Version) error {
 			if err := a.putManifest(org, project, &e); err != nil {
 				return fmt.Errorf("args of mutation %d of client %s: %w", m.ID, m.Client, err)
 			}
+		}
+		if err := a.bindGroup(org, project, &v.Mutations[i]); err != nil {
+			return err
 		}
 		st := MutationStatus{Version: v.Version, Status: m.Status, Error: m.Error}
 		a.val = st.appendTo(a.val[:0])

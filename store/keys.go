@@ -33,6 +33,9 @@ const (
 	kindChunk    byte = 0x07 // org, project, chunk hash → bytes
 	kindMutation byte = 0x08 // org, project, branch, client, id → version, status, error
 	kindLastID   byte = 0x09 // org, project, branch, client → last id
+	kindGroup    byte = 0x0A // org, project, group → principal (groups.go)
+	// kindGroupClient: org, project, group, client → empty (groups.go)
+	kindGroupClient byte = 0x0B
 )
 
 // globalPartition is the "partition" of the store-wide meta keys. Kafka

@@ -48,6 +48,8 @@ func (ps *partitionState) applier(s *Store, p int32, b *pebble.Batch, r pebble.R
 		a.lastIDs = make(map[lastIDID]uint64)
 		a.chunks = make(map[blobID][]byte)
 		a.manifests = make(map[blobID]manifest)
+		a.groups = make(map[groupID]string)
+		a.groupClients = make(map[groupClientID]struct{})
 	}
 	return a
 }
@@ -57,10 +59,13 @@ func (ps *partitionState) applier(s *Store, p int32, b *pebble.Batch, r pebble.R
 func (a *applier) reset() {
 	a.s, a.b, a.r = nil, nil, nil
 	a.org, a.project = "", ""
-	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests) > maxReusedEntries {
+	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests)+len(a.groupClients) > maxReusedEntries {
 		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests = nil, nil, nil, nil, nil
+		a.groups, a.groupClients = nil, nil
 		return
 	}
+	clear(a.groups)
+	clear(a.groupClients)
 	clear(a.heads)
 	clear(a.latest)
 	clear(a.lastIDs)

@@ -86,8 +86,17 @@ func (g *gen) mutation(ts time.Time) *schemas.Mutation {
 		name = "item.put"
 		args = fmt.Sprintf(`{"collection":%q,"id":%q}`, coll, item) // bad args: no data
 	}
-	return &schemas.Mutation{Org: "acme", Project: project, Branch: branch, ClientGroup: "g" + client, Client: client,
-		ID: id, Name: name, Args: json.RawMessage(args), TS: ts.UnixMilli()}
+	// Client groups: mostly the client's own, sometimes one shared by
+	// clients of different principals (bound to the first; the others'
+	// mutations are rejected as unauthorized); some records carry no
+	// principal, as if written by a trusted tool.
+	group := "g" + client
+	if g.rng.IntN(20) == 0 {
+		group = "shared"
+	}
+	principal := map[string]string{"c0": "alice", "c1": "alice", "c2": "bob", "c3": "bob"}[client]
+	return &schemas.Mutation{Org: "acme", Project: project, Branch: branch, ClientGroup: group, Client: client,
+		ID: id, Name: name, Args: json.RawMessage(args), TS: ts.UnixMilli(), Principal: principal}
 }
 
 func (g *gen) text(n int) string {
@@ -132,6 +141,7 @@ func checkAgainstModel(t *testing.T, seed uint64, n int) {
 	var pending []store.Record
 	pendingPart := int32(-1)
 	kinds := map[model.Kind]int{}
+	unauthorized := 0
 
 	flush := func() {
 		t.Helper()
@@ -165,6 +175,9 @@ func checkAgainstModel(t *testing.T, seed uint64, n int) {
 				i, m.Name, m.Branch, m.Client, m.ID, describe(got), describe(want))
 		}
 		kinds[got.Kind]++
+		if got.Reason == schemas.ReasonUnauthorized {
+			unauthorized++
+		}
 		if got.Version != nil {
 			if err := mem.Apply(want.Version, want.Chunks); err != nil {
 				t.Fatalf("model apply: %v", err)
@@ -187,6 +200,22 @@ func checkAgainstModel(t *testing.T, seed uint64, n int) {
 	for _, k := range []model.Kind{model.Applied, model.Errored, model.Duplicate, model.Gap} {
 		if kinds[k] == 0 {
 			t.Errorf("the generator made no %s decision: %v", k, kinds)
+		}
+	}
+	if unauthorized == 0 {
+		t.Errorf("the generator made no unauthorized rejection")
+	}
+	// The client-group index: owners and clients as the model has them.
+	for _, project := range []string{"roadmap", "budget"} {
+		for _, group := range []string{"shared", "gc0", "gc1", "gc2", "gc3", "gc4"} {
+			got, gotOK, err := st.GroupPrincipal("acme", project, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantOK, _ := mem.GroupPrincipal("acme", project, group)
+			if got != want || gotOK != wantOK {
+				t.Errorf("owner of group %s of %s: store %q %v, model %q %v", group, project, got, gotOK, want, wantOK)
+			}
 		}
 	}
 	// Every version of every branch, after the fact.

@@ -53,10 +53,13 @@ type Event struct {
 	Err       error
 }
 
-// Tail follows the changelog. Poll is not safe for concurrent use.
+// Tail follows the changelog. It is not safe for concurrent use.
 type Tail struct {
 	cfg Config
 	cl  *kgo.Client
+	// next is the next offset to read per topic and partition, control
+	// records (transaction markers) included.
+	next map[string]map[int32]int64
 }
 
 // New starts a tail; records are fetched from the first Poll on.
@@ -99,6 +102,9 @@ func New(cfg Config) (*Tail, error) {
 	cl, err := kgo.NewClient(append(opts,
 		kgo.ConsumePartitions(parts),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers too, so that Next is exact: a position is
+		// at a topic's end offset once its last commit marker was read.
+		kgo.KeepControlRecords(),
 		kgo.FetchMaxWait(kafkaFetchMaxWait),
 		kgo.FetchMaxBytes(64<<20),
 		kgo.FetchMaxPartitionBytes(8<<20),
@@ -106,7 +112,7 @@ func New(cfg Config) (*Tail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("changelog: kafka client: %w", err)
 	}
-	return &Tail{cfg: cfg, cl: cl}, nil
+	return &Tail{cfg: cfg, cl: cl, next: map[string]map[int32]int64{cfg.Topics.Versions: {}, cfg.Topics.Rejected: {}}}, nil
 }
 
 // kafkaFetchMaxWait bounds how long a fetch waits for new records: it is
@@ -118,6 +124,14 @@ func (t *Tail) Close() { t.cl.Close() }
 
 // Client is the tail's Kafka client, for lookups such as end offsets.
 func (t *Tail) Client() *kgo.Client { return t.cl }
+
+// Next returns the next offset the tail will read of a partition of the
+// versions or rejected topic, transaction markers included; ok is false
+// before the tail read anything of it.
+func (t *Tail) Next(topic string, partition int32) (offset int64, ok bool) {
+	offset, ok = t.next[topic][partition]
+	return offset, ok
+}
 
 // Poll waits for the next records and returns them decoded, in offset
 // order per partition. It returns ctx's error when ctx ends.
@@ -136,9 +150,14 @@ func (t *Tail) Poll(ctx context.Context) ([]Event, error) {
 			}
 		})
 		var evs []Event
-		fs.EachRecord(func(r *kgo.Record) { evs = append(evs, t.decode(r)) })
-		if len(evs) > 0 {
-			return evs, nil
+		fs.EachRecord(func(r *kgo.Record) {
+			t.next[r.Topic][r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				evs = append(evs, t.decode(r))
+			}
+		})
+		if len(evs) > 0 || fs.NumRecords() > 0 {
+			return evs, nil // only markers: the positions moved
 		}
 	}
 }

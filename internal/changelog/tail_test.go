@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
@@ -84,7 +85,7 @@ func TestTailReadsCommittedRecordsDecoded(t *testing.T) {
 	}
 	defer tail.Close()
 	var got []Event
-	for len(got) < 4 {
+	for len(got) < 4 || func() bool { n, _ := tail.Next(info.Names.Versions, 1); return n < got[3].Offset+2 }() {
 		evs, err := tail.Poll(ctx)
 		if err != nil {
 			t.Fatalf("poll after %d events: %v", len(got), err)
@@ -110,6 +111,16 @@ func TestTailReadsCommittedRecordsDecoded(t *testing.T) {
 		if ev.Partition != 1 || ev.Topic != info.Names.Versions {
 			t.Errorf("event at %s/%d, want %s/1", ev.Topic, ev.Partition, info.Names.Versions)
 		}
+	}
+
+	// The position counts the last commit marker: it is the end offset.
+	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, info.Names.Versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(info.Names.Versions, 1)
+	if n, ok := tail.Next(info.Names.Versions, 1); !ok || n != end.Offset {
+		t.Errorf("position %d, %v; want the end offset %d", n, ok, end.Offset)
 	}
 
 	// Start offsets resume exactly where asked.
