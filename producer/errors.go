@@ -24,6 +24,8 @@ const (
 	CodeRateLimited      = "rate_limited"        // 429: over the principal's rate; retry after Retry-After
 	CodeUnavailable      = "kafka_unavailable"   // 503: the records could not be written; retry
 	CodeVersion          = "unsupported_version" // 400: a Replicache pushVersion other than 1
+	CodeGroupOwned       = "client_group_owned"  // 409: the client group belongs to another principal
+	CodeNoWait           = "wait_unavailable"    // 501: this producer does not follow the changelog
 )
 
 // Error is the JSON error answer of the push endpoints (and of Push).

@@ -36,8 +36,10 @@ type PushMutation struct {
 }
 
 // PushResponse answers a push once Kafka acknowledged every mutation.
+// With ?wait=applied it also has each mutation's outcome, in order.
 type PushResponse struct {
 	Mutations []Written `json:"mutations"`
+	Outcomes  []Outcome `json:"outcomes,omitempty"`
 }
 
 func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
@@ -50,9 +52,67 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, "canon", aerr)
 		return
 	}
-	if written, ok := p.ingest(w, r, in, req.Branch, req.ClientGroup, req.Mutations); ok {
-		writeJSON(w, http.StatusOK, PushResponse{Mutations: written})
+	wait, aerr := p.waitParams(r)
+	if aerr != nil {
+		p.fail(w, "canon", aerr)
+		return
 	}
+	written, ok := p.ingest(w, r, in, req.Branch, req.ClientGroup, req.Mutations)
+	if !ok {
+		return
+	}
+	if wait == 0 {
+		writeJSON(w, http.StatusOK, PushResponse{Mutations: written})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	outcomes, err := p.watch.wait(ctx, written)
+	if err != nil {
+		p.fail(w, "canon", &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the mutations were written, but their outcomes cannot be followed: " + err.Error(),
+			Hint:    "read them with the read API, or push again: applied ones are duplicates", retryAfter: 1})
+		return
+	}
+	status := http.StatusOK
+	for _, o := range outcomes {
+		if o.Status == OutcomeTimeout {
+			// Written and acknowledged, not decided yet.
+			status = http.StatusAccepted
+		}
+	}
+	writeJSON(w, status, PushResponse{Mutations: written, Outcomes: outcomes})
+}
+
+// waitParams reads ?wait= and ?timeout=: how long the push waits for its
+// outcomes, 0 for not at all.
+func (p *Producer) waitParams(r *http.Request) (time.Duration, *Error) {
+	q := r.URL.Query()
+	switch q.Get("wait") {
+	case "":
+		if q.Has("timeout") {
+			return 0, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "timeout",
+				Message: "timeout without wait", Hint: "add wait=applied, or drop timeout"}
+		}
+		return 0, nil
+	case "applied":
+	default:
+		return 0, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "wait",
+			Message: fmt.Sprintf("wait=%q is not known", q.Get("wait")), Hint: "use wait=applied, or leave it out to answer once Kafka acknowledged"}
+	}
+	if p.watch == nil {
+		return 0, &Error{Status: http.StatusNotImplemented, Code: CodeNoWait,
+			Message: "this producer does not follow the versions topic", Hint: "push without wait=applied and read the outcome with the read API"}
+	}
+	d := DefaultWait
+	if s := q.Get("timeout"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil || d <= 0 || d > p.cfg.MaxWait {
+			return 0, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "timeout",
+				Message: fmt.Sprintf("timeout=%q is not a duration between 0 and %v", s, p.cfg.MaxWait), Hint: "use a Go duration such as 500ms or 5s"}
+		}
+	}
+	return min(d, p.cfg.MaxWait), nil
 }
 
 // incoming is a push that passed authentication and whose body was read.
@@ -234,6 +294,13 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 	}
 	if err := schemas.ValidateClient("clientGroup", group); err != nil {
 		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "clientGroup", Message: err.Error()}
+	}
+	if p.watch != nil {
+		if owner, ok := p.watch.owner(org, project, group); ok && owner != claims.Principal() {
+			return nil, &Error{Status: http.StatusConflict, Code: CodeGroupOwned, Field: "clientGroup",
+				Message: fmt.Sprintf("client group %s of %s/%s belongs to another principal", group, org, project),
+				Hint:    "use a client group of your own (one per user agent, e.g. a random id kept by the client)"}
+		}
 	}
 	if len(in) == 0 {
 		return nil, &Error{Status: http.StatusBadRequest, Code: CodeEmptyBatch, Field: "mutations", Message: "no mutations",

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,8 @@ const (
 	DefaultRate            = 1000 // mutations per second per principal
 	DefaultBurst           = 5000
 	DefaultProduceTimeout  = 10 * time.Second
+	DefaultWait            = 10 * time.Second
+	DefaultMaxWait         = 30 * time.Second
 	defaultMaxReplicacheID = 128
 )
 
@@ -62,6 +65,17 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock for tokens and receive times; nil is time.Now.
 	Now func() time.Time
+	// Partitions is the partition count of Canon's topics. When set, the
+	// producer follows canon.versions and canon.rejected: pushes may wait
+	// for their outcomes (?wait=applied) and a push into a client group
+	// that another principal owns is refused with 409. When 0 it does
+	// neither (the sequencer still rejects such mutations).
+	Partitions int32
+	// SequencerGroup is the sequencer's consumer group, whose committed
+	// offsets tell a duplicate; default sequencer's "canon-sequencer".
+	SequencerGroup string
+	// MaxWait bounds ?wait=applied (and its ?timeout=); default 30s.
+	MaxWait time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -95,6 +109,12 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.SequencerGroup == "" {
+		c.SequencerGroup = "canon-sequencer"
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
 }
 
 // Validate reports a configuration that cannot work.
@@ -118,6 +138,10 @@ type Producer struct {
 	cl      *kgo.Client
 	limiter *limiter
 	m       *metrics
+	// watch follows the changelog; nil when Config.Partitions is 0.
+	watch     *watcher
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
 }
 
 // New checks cfg and connects the Kafka producer client.
@@ -144,11 +168,32 @@ func New(cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	return &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}, nil
+	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
+	if cfg.Partitions > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ProduceTimeout)
+		defer cancel()
+		if p.watch, err = newWatcher(ctx, &p.cfg); err != nil {
+			cl.Close()
+			return nil, err
+		}
+		var wctx context.Context
+		wctx, p.stopWatch = context.WithCancel(context.Background())
+		p.watching.Add(1)
+		go func() {
+			defer p.watching.Done()
+			p.watch.run(wctx)
+		}()
+	}
+	return p, nil
 }
 
 // Close flushes and closes the Kafka client.
 func (p *Producer) Close() {
+	if p.watch != nil {
+		p.stopWatch()
+		p.watching.Wait()
+		p.watch.close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ProduceTimeout)
 	defer cancel()
 	_ = p.cl.Flush(ctx)

@@ -131,7 +131,19 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		c.MaxBodyBytes = 64 << 10
 		c.MaxBatch = 10
 		c.Limits = schemas.Limits{MaxArgsBytes: 8 << 10}
+		c.Partitions = 6 // follow the changelog: client group owners
 	})
+	// Bob's client group "taken", as a version in canon.versions says.
+	bindGroup(t, brokers, names, "acme", "roadmap", "taken", "user:bob")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if owner, ok := f.p.watch.owner("acme", "roadmap", "taken"); ok && owner == "user:bob" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the producer did not see the binding of client group taken")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	good := f.token("user:alice", "acme", []string{"roadmap"}, []string{auth.ScopeWrite}, time.Hour)
 	readOnly := f.token("user:alice", "acme", []string{"roadmap"}, []string{auth.ScopeRead}, time.Hour)
 	ec := auth.Claims{Org: "acme", Projects: []string{"roadmap"}, Scopes: []string{auth.ScopeWrite}}
@@ -180,6 +192,9 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"project outside the token", "/v1/projects/acme/budget/push", good, "application/json", one, 403, CodeForbidden, "", `does not reach project "budget"`},
 		{"read-only token", path, readOnly, "application/json", one, 403, CodeForbidden, "", "needs write"},
 		{"bad project name", "/v1/projects/acme/Road%20Map/push", good, "application/json", one, 400, CodeInvalid, "project", "not a valid name"},
+		{"spoofed client group", path, good, "application/json", strings.Replace(one, `"g1"`, `"taken"`, 1), 409, CodeGroupOwned, "clientGroup", "belongs to another principal"},
+		{"unknown wait", path + "?wait=soon", good, "application/json", one, 400, CodeInvalid, "wait", `wait="soon" is not known`},
+		{"wait too long", path + "?wait=applied&timeout=1h", good, "application/json", one, 400, CodeInvalid, "timeout", "not a duration between"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,5 +306,30 @@ func TestReplicachePush(t *testing.T) {
 	}
 	if n := countRecords(t, brokers, names.Mutations); n != 1 {
 		t.Fatalf("%d records", n)
+	}
+}
+
+// bindGroup writes a version to canon.versions whose mutation binds a
+// client group to a principal, as the sequencer would.
+func bindGroup(t *testing.T, brokers []string, names kafka.TopicNames, org, project, group, principal string) {
+	t.Helper()
+	v, err := schemas.EncodeVersion(&schemas.Version{Org: org, Project: project, Branch: "main", Version: 1,
+		Scalars: map[string]json.RawMessage{}, Items: []schemas.ItemChange{}, LastIDs: map[string]uint64{"b1": 1},
+		Mutations: []schemas.Outcome{{ClientGroup: group, Client: "b1", ID: 1, Name: "project.set", Args: json.RawMessage(`{}`),
+			Status: schemas.StatusApplied, Principal: principal}},
+		StateHash: strings.Repeat("0", 64)}, schemas.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	key := schemas.ProjectKey(org, project)
+	rec := &kgo.Record{Topic: names.Versions, Key: key, Value: v,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaVersionV1)}}}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -25,6 +25,10 @@ func setupProducer(n *node) (func(context.Context) error, error) {
 		Keys:       n.keys.VerifyOnly(),
 		Log:        n.log,
 		Registerer: n.registry,
+		// Follow the changelog: ?wait=applied and the 409 for a client
+		// group owned by another principal.
+		Partitions:     n.topics.Partitions,
+		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
 	})
 	if err != nil {
 		return nil, err

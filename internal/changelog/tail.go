@@ -31,8 +31,11 @@ type Config struct {
 	// written after the tail started), or at the start with FromStart.
 	Start     map[int32]int64
 	FromStart bool
-	// Rejected also follows canon.rejected, from its end.
-	Rejected bool
+	// Rejected also follows canon.rejected (all RejectedPartitions of
+	// it), from RejectedStart, or its end for partitions without a start.
+	Rejected           bool
+	RejectedPartitions int32
+	RejectedStart      map[int32]int64
 	// Limits bound decoded records; zero fields take schemas.DefaultLimits.
 	Limits schemas.Limits
 	Log    *slog.Logger
@@ -93,10 +96,21 @@ func New(cfg Config) (*Tail, error) {
 		}
 		parts[cfg.Topics.Versions][p] = o
 	}
+	next := map[string]map[int32]int64{cfg.Topics.Versions: {}, cfg.Topics.Rejected: {}}
+	for p, o := range cfg.Start {
+		next[cfg.Topics.Versions][p] = o
+	}
 	if cfg.Rejected {
+		if cfg.RejectedPartitions <= 0 {
+			return nil, errors.New("changelog: RejectedPartitions not set")
+		}
 		parts[cfg.Topics.Rejected] = map[int32]kgo.Offset{}
-		for _, p := range cfg.Partitions {
+		for p := range cfg.RejectedPartitions {
 			parts[cfg.Topics.Rejected][p] = kgo.NewOffset().AtEnd()
+			if at, ok := cfg.RejectedStart[p]; ok {
+				parts[cfg.Topics.Rejected][p] = kgo.NewOffset().At(at)
+				next[cfg.Topics.Rejected][p] = at
+			}
 		}
 	}
 	cl, err := kgo.NewClient(append(opts,
@@ -112,7 +126,7 @@ func New(cfg Config) (*Tail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("changelog: kafka client: %w", err)
 	}
-	return &Tail{cfg: cfg, cl: cl, next: map[string]map[int32]int64{cfg.Topics.Versions: {}, cfg.Topics.Rejected: {}}}, nil
+	return &Tail{cfg: cfg, cl: cl, next: next}, nil
 }
 
 // kafkaFetchMaxWait bounds how long a fetch waits for new records: it is

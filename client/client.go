@@ -1,0 +1,246 @@
+// Package client is Canon's Go client for the push API: a Client sends
+// pushes with retries that keep their order, and a Writer is one Canon
+// client (a client id in a client group) that numbers its mutations,
+// keeps those not yet decided, and resends them after a gap.
+//
+//	c := client.New("http://localhost:8080", client.WithToken(token))
+//	w := c.Writer("acme", "roadmap", client.WriterConfig{ClientGroup: "tab-1", Client: "tab-1"})
+//	w.Add("item.put", map[string]any{"collection": "tasks", "id": "t1", "data": map[string]any{"title": "Ship"}})
+//	outcomes, err := w.Flush(ctx)
+//
+// Only the standard library is used, so programs that push to Canon do not
+// link Kafka or Pebble.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Mutation is one mutation of a push.
+type Mutation struct {
+	Client string          `json:"client"`
+	ID     uint64          `json:"id"`
+	Name   string          `json:"name"`
+	Args   json.RawMessage `json:"args"`
+	// TS is the client's clock in milliseconds; optional.
+	TS int64 `json:"ts,omitempty"`
+}
+
+// Push is the body of a push: mutations of one client group on one
+// branch of a project.
+type Push struct {
+	Branch      string     `json:"branch,omitempty"`
+	ClientGroup string     `json:"clientGroup"`
+	Mutations   []Mutation `json:"mutations"`
+}
+
+// Written is where Kafka acknowledged a mutation.
+type Written struct {
+	Client    string `json:"client"`
+	ID        uint64 `json:"id"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Outcome statuses.
+const (
+	Applied   = "applied"
+	Errored   = "error"
+	Duplicate = "duplicate"
+	Rejected  = "rejected"
+	Timeout   = "timeout"
+)
+
+// Outcome is what became of a mutation (a push with Wait).
+type Outcome struct {
+	Written
+	Status     string `json:"status"`
+	Branch     string `json:"branch,omitempty"`
+	Version    uint64 `json:"version,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Message    string `json:"message,omitempty"`
+	ExpectedID uint64 `json:"expectedId,omitempty"`
+}
+
+// Result answers a push.
+type Result struct {
+	Mutations []Written `json:"mutations"`
+	// Outcomes are set when the push waited (PushOptions.Wait).
+	Outcomes []Outcome `json:"outcomes,omitempty"`
+}
+
+// Error is Canon's JSON error answer, with the HTTP status.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Hint    string `json:"hint,omitempty"`
+	// RetryAfter is the server's Retry-After, for 429 and 503.
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("canon: %d %s: %s", e.Status, e.Code, e.Message)
+	if e.Field != "" {
+		s += " (field " + e.Field + ")"
+	}
+	if e.Hint != "" {
+		s += ": " + e.Hint
+	}
+	return s
+}
+
+// retryable reports whether the same push may be sent again: the server
+// wrote nothing (429), or may have written it and says so (503), in which
+// case the mutations already written are skipped as duplicates.
+func (e *Error) retryable() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable ||
+		e.Status == http.StatusBadGateway || e.Status == http.StatusGatewayTimeout
+}
+
+// Client talks to Canon's HTTP API. It is safe for concurrent use.
+type Client struct {
+	base    string
+	token   string
+	http    *http.Client
+	retries int
+	backoff time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sets the bearer token of every request.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient sets the HTTP client (default: one with a 60s timeout).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithRetries sets how many times a push is retried after a network error,
+// 429 or 503 (default 10), and the first backoff (default 50ms, doubling
+// up to 5s, with jitter; a Retry-After from the server wins).
+func WithRetries(n int, backoff time.Duration) Option {
+	return func(c *Client) { c.retries, c.backoff = n, backoff }
+}
+
+// New returns a client of the Canon server at baseURL (e.g.
+// "http://localhost:8080").
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: 60 * time.Second}, retries: 10, backoff: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// PushOptions tune one push.
+type PushOptions struct {
+	// Wait makes the push answer with each mutation's outcome, waiting up
+	// to Timeout (0: the server's default, 10s).
+	Wait    bool
+	Timeout time.Duration
+}
+
+// Push sends one push and returns where its mutations were written (and
+// their outcomes with Wait). Network errors, 429 and 503 are retried with
+// the same body, so the order of the mutations is kept: a retry of a push
+// that was partly written is not a problem, because mutations already
+// written are duplicates and skipped. Other errors are returned as *Error.
+func (c *Client) Push(ctx context.Context, org, project string, p Push, o PushOptions) (*Result, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("canon: encode push: %w", err)
+	}
+	u := c.base + "/v1/projects/" + url.PathEscape(org) + "/" + url.PathEscape(project) + "/push"
+	if o.Wait {
+		q := url.Values{"wait": {"applied"}}
+		if o.Timeout > 0 {
+			q.Set("timeout", o.Timeout.String())
+		}
+		u += "?" + q.Encode()
+	}
+	var res Result
+	err = c.retry(ctx, func() error { return c.do(ctx, http.MethodPost, u, body, &res) })
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// retry runs do until it succeeds, fails for good, or the retries run out.
+func (c *Client) retry(ctx context.Context, do func() error) error {
+	backoff := c.backoff
+	for attempt := 0; ; attempt++ {
+		err := do()
+		if err == nil {
+			return nil
+		}
+		var apiErr *Error
+		isAPI := errors.As(err, &apiErr)
+		if (isAPI && !apiErr.retryable()) || attempt >= c.retries || ctx.Err() != nil {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if isAPI && apiErr.RetryAfter > 0 {
+			wait = apiErr.RetryAfter
+		}
+		backoff = min(2*backoff, 5*time.Second)
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *Client) do(ctx context.Context, method, u string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error *Error `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error == nil {
+			e.Error = &Error{Code: "http", Message: strings.TrimSpace(string(data))}
+		}
+		e.Error.Status = resp.StatusCode
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			e.Error.RetryAfter = time.Duration(s) * time.Second
+		}
+		return e.Error
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("canon: decode the answer to %s %s: %w", method, u, err)
+	}
+	return nil
+}

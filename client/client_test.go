@@ -1,0 +1,142 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeCanon answers pushes from a script and records what it was sent.
+type fakeCanon struct {
+	mu      sync.Mutex
+	pushes  [][]uint64 // the ids of each push received
+	answers []func(p Push) (int, any)
+}
+
+func (f *fakeCanon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var p Push
+	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	f.mu.Lock()
+	var ids []uint64
+	for _, m := range p.Mutations {
+		ids = append(ids, m.ID)
+	}
+	f.pushes = append(f.pushes, ids)
+	answer := f.answers[0]
+	f.answers = f.answers[1:]
+	f.mu.Unlock()
+	status, body := answer(p)
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "0")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func applied(p Push) (int, any) {
+	var res Result
+	for _, m := range p.Mutations {
+		w := Written{Client: m.Client, ID: m.ID}
+		res.Mutations = append(res.Mutations, w)
+		res.Outcomes = append(res.Outcomes, Outcome{Written: w, Status: Applied, Version: m.ID})
+	}
+	return 200, res
+}
+
+func failing(status int, code string) func(Push) (int, any) {
+	return func(Push) (int, any) {
+		return status, map[string]any{"error": map[string]string{"code": code, "message": "try again"}}
+	}
+}
+
+// Pushes that fail with 503, 429 or a broken connection are sent again,
+// whole and in order; a 400 is not retried.
+func TestPushRetriesInOrder(t *testing.T) {
+	f := &fakeCanon{answers: []func(Push) (int, any){failing(503, "kafka_unavailable"), failing(429, "rate_limited"), applied, failing(400, "invalid")}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := New(srv.URL, WithRetries(5, time.Millisecond))
+	w := c.Writer("acme", "p", WriterConfig{ClientGroup: "g", Client: "c"})
+	for i := range 3 {
+		if _, err := w.Add("item.put", map[string]any{"collection": "t", "id": fmt.Sprint(i), "data": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := w.Flush(context.Background())
+	if err != nil || len(out) != 3 || w.Pending() != 0 {
+		t.Fatalf("flush: %v, %d outcomes, %d pending", err, len(out), w.Pending())
+	}
+	if want := [][]uint64{{1, 2, 3}, {1, 2, 3}, {1, 2, 3}}; !slices.EqualFunc(f.pushes, want, slices.Equal) {
+		t.Fatalf("pushes %v, want %v", f.pushes, want)
+	}
+	if _, err := w.Add("item.put", map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Flush(context.Background())
+	var apiErr *Error
+	if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Code != "invalid" || len(f.pushes) != 4 {
+		t.Fatalf("a 400: %v after %d pushes; want one attempt and the *Error", err, len(f.pushes))
+	}
+	if w.Pending() != 1 {
+		t.Fatalf("the refused mutation is not pending: %d", w.Pending())
+	}
+}
+
+// After a gap naming an id the writer decided earlier, it resends from
+// that id, in order; a gap before what it holds is an error.
+func TestWriterResendsFromTheExpectedID(t *testing.T) {
+	gap := func(expected uint64) func(Push) (int, any) {
+		return func(p Push) (int, any) {
+			var res Result
+			for _, m := range p.Mutations {
+				w := Written{Client: m.Client, ID: m.ID}
+				res.Mutations = append(res.Mutations, w)
+				res.Outcomes = append(res.Outcomes, Outcome{Written: w, Status: Rejected, Reason: "gap", ExpectedID: expected})
+			}
+			return 200, res
+		}
+	}
+	f := &fakeCanon{answers: []func(Push) (int, any){applied, gap(2), applied, gap(1)}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	w := New(srv.URL).Writer("acme", "p", WriterConfig{ClientGroup: "g", Client: "c", Retain: 2})
+	add := func(n int) {
+		for range n {
+			if _, err := w.Add("x", json.RawMessage(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	add(3)
+	if _, err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	add(2)
+	out, err := w.Flush(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]uint64{{1, 2, 3}, {4, 5}, {2, 3, 4, 5}}; !slices.EqualFunc(f.pushes, want, slices.Equal) {
+		t.Fatalf("pushes %v, want %v", f.pushes, want)
+	}
+	if len(out) != 4 || out[0].ID != 2 || out[3].ID != 5 {
+		t.Fatalf("outcomes %+v, want ids 2 to 5", out)
+	}
+	// Retain 2: ids 4 and 5 are held, 1 is not.
+	add(1)
+	_, err = w.Flush(context.Background())
+	if err == nil || w.Pending() == 0 {
+		t.Fatalf("a gap to an id the writer no longer holds: %v, %d pending", err, w.Pending())
+	}
+}

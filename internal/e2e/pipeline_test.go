@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/sequencer"
+	"github.com/canon-sync/canon/store"
+)
+
+// pipeline is Canon's write path in this process on the real broker:
+// topics of their own, a sequencer with its store (unless noSequencer),
+// and the producer serving HTTP.
+type pipeline struct {
+	kcfg  kafka.ClientConfig
+	info  kafka.TopicsInfo
+	group string
+	store *store.Store
+	keys  *auth.Keyset
+	url   string
+}
+
+func startPipeline(t *testing.T, ctx context.Context, partitions int32, noSequencer ...bool) *pipeline {
+	t.Helper()
+	k := testenv.NewKafka(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
+		Names: kafka.DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: partitions, ReplicationFactor: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &pipeline{kcfg: kafka.ClientConfig{Brokers: k.Brokers}, info: info, group: "e2e-" + k.Topic(t, "g"), keys: auth.NewKeyset()}
+	if pl.store, err = store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.store.Close() })
+	if err := pl.keys.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	pl.url = pl.serveProducer(t, producer.Config{Partitions: partitions})
+	if len(noSequencer) > 0 && noSequencer[0] {
+		return pl
+	}
+	seq, err := sequencer.New(sequencer.Config{Kafka: pl.kcfg, Topics: info.Names, Store: pl.store, Group: pl.group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(sctx) }()
+	t.Cleanup(func() { scancel(); <-done })
+	return pl
+}
+
+// serveProducer starts a producer with cfg (Kafka, topics, keys and the
+// sequencer group filled in) and returns its URL.
+func (pl *pipeline) serveProducer(t *testing.T, cfg producer.Config) string {
+	t.Helper()
+	cfg.Kafka, cfg.Topics, cfg.Keys = pl.kcfg, pl.info.Names, pl.keys.VerifyOnly()
+	if cfg.SequencerGroup == "" {
+		cfg.SequencerGroup = pl.group
+	}
+	p, err := producer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	p.Mount(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { srv.Close(); p.Close() })
+	return srv.URL
+}
+
+// token issues a write token of principal "user:<user>" for the projects.
+func (pl *pipeline) token(t *testing.T, user string, projects ...string) string {
+	t.Helper()
+	c := auth.Claims{Org: "acme", Projects: projects, Scopes: []string{auth.ScopeWrite, auth.ScopeRead}}
+	c.Subject = "user:" + user
+	tok, err := pl.keys.Issue(c, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}

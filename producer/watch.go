@@ -1,0 +1,388 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/changelog"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// Outcome statuses of a waited-for mutation (?wait=applied).
+const (
+	OutcomeApplied   = "applied"   // in Version, the mutator succeeded
+	OutcomeError     = "error"     // in Version, with the mutator's Error; the id is used
+	OutcomeDuplicate = "duplicate" // id <= the client's last id: skipped
+	OutcomeRejected  = "rejected"  // not recorded: Reason (gap, unauthorized, invalid …), Message, ExpectedID
+	OutcomeTimeout   = "timeout"   // written, not decided within the wait
+)
+
+// Outcome is what became of one pushed mutation.
+type Outcome struct {
+	Written
+	Status string `json:"status"`
+	// Branch and Version are the version that recorded the mutation
+	// (applied or error).
+	Branch  string `json:"branch,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+	// Error is the mutator's error (status error).
+	Error string `json:"error,omitempty"`
+	// Reason, Message and ExpectedID say why a mutation was rejected.
+	Reason     string `json:"reason,omitempty"`
+	Message    string `json:"message,omitempty"`
+	ExpectedID uint64 `json:"expectedId,omitempty"`
+}
+
+// watcher follows canon.versions and canon.rejected from the end, for two
+// things: the owners of client groups, so that a push into another
+// principal's group is refused (409) before anything is written, and the
+// outcomes of written mutations, for ?wait=applied.
+//
+// The ingest's view of owners covers the groups bound since it started;
+// the sequencer, which reads them from the store, is the authority and
+// rejects the rest (reason unauthorized).
+//
+// A mutation's outcome is the version or the rejected record that names
+// its offset. A duplicate produces neither: once the sequencer group's
+// committed offset is past the mutation, its outputs are committed too, and
+// when the tail has read both topics up to their end offsets of that
+// moment without finding one, the mutation was a duplicate.
+type watcher struct {
+	tail    *changelog.Tail
+	adm     *kadm.Client
+	group   string
+	topics  struct{ mutations, versions, rejected string }
+	rparts  int32
+	retain  time.Duration
+	recheck time.Duration
+
+	mu      sync.Mutex
+	owners  map[groupKey]string
+	recent  map[position]Outcome
+	expiry  []expiring // recent's keys, oldest first
+	waits   map[position][]*waiter
+	stopped error // why the watcher stopped, if it did
+}
+
+type groupKey struct{ org, project, group string }
+
+type position struct {
+	partition int32
+	offset    int64
+}
+
+type expiring struct {
+	pos position
+	at  time.Time
+}
+
+type waiter struct {
+	pos   position
+	since time.Time
+	done  chan Outcome
+	// ends are the end offsets of the versions and rejected partitions
+	// that hold the mutation's outputs, once the sequencer committed past
+	// it; nil until then.
+	ends *[2]int64
+}
+
+// maxOwners bounds the remembered group owners.
+const maxOwners = 1 << 20
+
+func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
+	aux := cfg.Kafka.Aux("watch")
+	opts, err := aux.Opts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Versions, cfg.Topics.Rejected)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("producer: read the end offsets of %s and %s: %w", cfg.Topics.Versions, cfg.Topics.Rejected, err)
+	}
+	start, rstart := map[int32]int64{}, map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic == cfg.Topics.Versions {
+			start[o.Partition] = o.Offset
+		} else {
+			rstart[o.Partition] = o.Offset
+		}
+	})
+	tail, err := changelog.New(changelog.Config{
+		Kafka: cfg.Kafka.Aux("tail"), Topics: cfg.Topics, PartitionCount: cfg.Partitions, Start: start,
+		Rejected: true, RejectedPartitions: int32(len(rstart)), RejectedStart: rstart, Limits: cfg.Limits, Log: cfg.Log,
+	})
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	w := &watcher{
+		tail: tail, adm: adm, group: cfg.SequencerGroup, rparts: int32(len(rstart)),
+		retain: 2 * time.Minute, recheck: 20 * time.Millisecond,
+		owners: map[groupKey]string{}, recent: map[position]Outcome{}, waits: map[position][]*waiter{},
+	}
+	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
+	return w, nil
+}
+
+// run follows the changelog and settles waiters until ctx ends.
+func (w *watcher) run(ctx context.Context) {
+	var checking sync.WaitGroup
+	checking.Add(1)
+	go func() {
+		defer checking.Done()
+		w.checkDuplicates(ctx)
+	}()
+	defer checking.Wait()
+	for {
+		evs, err := w.tail.Poll(ctx)
+		if err != nil {
+			w.stop(err)
+			return
+		}
+		w.mu.Lock()
+		for i := range evs {
+			w.event(&evs[i])
+		}
+		w.settleDuplicates()
+		w.expire()
+		w.mu.Unlock()
+	}
+}
+
+func (w *watcher) close() {
+	w.tail.Close()
+	w.adm.Close()
+}
+
+// stop fails the pending waits: the watcher no longer sees outcomes.
+func (w *watcher) stop(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = err
+	for pos, ws := range w.waits {
+		for _, wt := range ws {
+			close(wt.done)
+		}
+		delete(w.waits, pos)
+	}
+}
+
+func (w *watcher) event(ev *changelog.Event) {
+	switch {
+	case ev.Version != nil:
+		v := ev.Version
+		for _, m := range v.Mutations {
+			if m.ClientGroup != "" && m.Principal != "" {
+				k := groupKey{v.Org, v.Project, m.ClientGroup}
+				if _, ok := w.owners[k]; !ok {
+					if len(w.owners) >= maxOwners {
+						clear(w.owners) // the sequencer still checks every mutation
+					}
+					w.owners[k] = m.Principal
+				}
+			}
+			o := Outcome{Written: Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
+				Status: OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error}
+			if m.Status == schemas.StatusError {
+				o.Status = OutcomeError
+			}
+			w.settle(o)
+		}
+	case ev.Rejected != nil && ev.Rejected.Topic == w.topics.mutations:
+		r := ev.Rejected
+		o := Outcome{Written: Written{Partition: r.Partition, Offset: r.Offset}, Status: OutcomeRejected,
+			Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID}
+		if r.Mutation != nil {
+			o.Client, o.ID = r.Mutation.Client, r.Mutation.ID
+		}
+		w.settle(o)
+	}
+}
+
+// settle hands an outcome to its waiters and keeps it for a while, for a
+// waiter that registers after it arrived.
+func (w *watcher) settle(o Outcome) {
+	pos := position{o.Partition, o.Offset}
+	for _, wt := range w.waits[pos] {
+		wt.done <- o
+	}
+	delete(w.waits, pos)
+	if _, ok := w.recent[pos]; !ok {
+		w.expiry = append(w.expiry, expiring{pos, time.Now()})
+	}
+	w.recent[pos] = o
+}
+
+func (w *watcher) expire() {
+	cut := time.Now().Add(-w.retain)
+	n := 0
+	for n < len(w.expiry) && w.expiry[n].at.Before(cut) {
+		delete(w.recent, w.expiry[n].pos)
+		n++
+	}
+	w.expiry = w.expiry[n:]
+}
+
+// owner returns the principal that owns a client group, if known.
+func (w *watcher) owner(org, project, group string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.owners[groupKey{org, project, group}]
+	return p, ok
+}
+
+// wait waits for the outcomes of written mutations until ctx ends; those
+// not decided by then have status timeout.
+func (w *watcher) wait(ctx context.Context, written []Written) ([]Outcome, error) {
+	out := make([]Outcome, len(written))
+	ws := make([]*waiter, len(written))
+	w.mu.Lock()
+	if w.stopped != nil {
+		w.mu.Unlock()
+		return nil, w.stopped
+	}
+	for i, wr := range written {
+		pos := position{wr.Partition, wr.Offset}
+		if o, ok := w.recent[pos]; ok {
+			out[i] = o
+			continue
+		}
+		ws[i] = &waiter{pos: pos, since: time.Now(), done: make(chan Outcome, 1)}
+		w.waits[pos] = append(w.waits[pos], ws[i])
+	}
+	w.mu.Unlock()
+	for i, wt := range ws {
+		if wt == nil {
+			continue
+		}
+		select {
+		case o, ok := <-wt.done:
+			if !ok {
+				return nil, fmt.Errorf("the producer stopped following %s: %w", w.topics.versions, w.stopped)
+			}
+			out[i] = o
+		case <-ctx.Done():
+			w.forget(wt)
+			out[i] = Outcome{Written: written[i], Status: OutcomeTimeout}
+		}
+	}
+	for i := range out {
+		out[i].Written = written[i] // the request's client and id, also for duplicates
+	}
+	return out, nil
+}
+
+func (w *watcher) forget(wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.waits[wt.pos]
+	for i, x := range ws {
+		if x == wt {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(w.waits, wt.pos)
+	} else {
+		w.waits[wt.pos] = ws
+	}
+}
+
+// checkDuplicates looks, every recheck, at the waiters older than a
+// recheck that the changelog has not settled: once the sequencer group
+// committed past one, its outputs are committed, and it is settled as a
+// duplicate when the tail passed the end offsets of that moment.
+func (w *watcher) checkDuplicates(ctx context.Context) {
+	t := time.NewTicker(w.recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		var old []*waiter
+		cut := time.Now().Add(-w.recheck)
+		for _, ws := range w.waits {
+			for _, wt := range ws {
+				if wt.ends == nil && wt.since.Before(cut) {
+					old = append(old, wt)
+				}
+			}
+		}
+		w.mu.Unlock()
+		if len(old) == 0 {
+			continue
+		}
+		// Committed offsets first, then end offsets: outputs committed with
+		// an input offset are below the end offsets read after it.
+		committed, err := w.adm.FetchOffsets(ctx, w.group)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				continue
+			}
+			return
+		}
+		ends, err := w.adm.ListEndOffsets(ctx, w.topics.versions, w.topics.rejected)
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		for _, wt := range old {
+			c, ok := committed.Lookup(w.topics.mutations, wt.pos.partition)
+			if !ok || c.Err != nil || c.At <= wt.pos.offset {
+				continue
+			}
+			ve, ok1 := ends.Lookup(w.topics.versions, wt.pos.partition)
+			re, ok2 := ends.Lookup(w.topics.rejected, wt.pos.partition%w.rparts)
+			if ok1 && ok2 && ve.Err == nil && re.Err == nil {
+				wt.ends = &[2]int64{ve.Offset, re.Offset}
+			}
+		}
+		w.settleDuplicates()
+		w.mu.Unlock()
+	}
+}
+
+// settleDuplicates settles the waiters whose outputs the tail has read
+// past without finding them.
+func (w *watcher) settleDuplicates() {
+	for pos, ws := range w.waits {
+		var keep []*waiter
+		for _, wt := range ws {
+			if wt.ends != nil && w.passed(w.topics.versions, pos.partition, wt.ends[0]) &&
+				w.passed(w.topics.rejected, pos.partition%w.rparts, wt.ends[1]) {
+				wt.done <- Outcome{Written: Written{Partition: pos.partition, Offset: pos.offset}, Status: OutcomeDuplicate}
+				continue
+			}
+			keep = append(keep, wt)
+		}
+		if len(keep) == 0 {
+			delete(w.waits, pos)
+		} else {
+			w.waits[pos] = keep
+		}
+	}
+}
+
+func (w *watcher) passed(topic string, partition int32, end int64) bool {
+	n, ok := w.tail.Next(topic, partition)
+	return ok && n >= end
+}
