@@ -29,7 +29,7 @@ type pipeline struct {
 	url   string
 }
 
-func startPipeline(t *testing.T, ctx context.Context, partitions int32, noSequencer ...bool) *pipeline {
+func startPipeline(t testing.TB, ctx context.Context, partitions int32, noSequencer ...bool) *pipeline {
 	t.Helper()
 	k := testenv.NewKafka(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
@@ -67,7 +67,7 @@ func startPipeline(t *testing.T, ctx context.Context, partitions int32, noSequen
 
 // serveProducer starts a producer with cfg (Kafka, topics, keys and the
 // sequencer group filled in) and returns its URL.
-func (pl *pipeline) serveProducer(t *testing.T, cfg producer.Config) string {
+func (pl *pipeline) serveProducer(t testing.TB, cfg producer.Config) string {
 	t.Helper()
 	cfg.Kafka, cfg.Topics, cfg.Keys = pl.kcfg, pl.info.Names, pl.keys.VerifyOnly()
 	if cfg.SequencerGroup == "" {
@@ -85,7 +85,7 @@ func (pl *pipeline) serveProducer(t *testing.T, cfg producer.Config) string {
 }
 
 // token issues a write token of principal "user:<user>" for the projects.
-func (pl *pipeline) token(t *testing.T, user string, projects ...string) string {
+func (pl *pipeline) token(t testing.TB, user string, projects ...string) string {
 	t.Helper()
 	c := auth.Claims{Org: "acme", Projects: projects, Scopes: []string{auth.ScopeWrite, auth.ScopeRead}}
 	c.Subject = "user:" + user
