@@ -187,6 +187,10 @@ func (s *Sequencer) checkInputOffsets(recs []*kgo.Record) {
 // lastSource is the highest source offset of the versions the store holds
 // for partition p.
 func (s *Sequencer) lastSource(p int32) (int64, bool, error) {
+	if last, ok, err := s.cfg.Store.LastSource(p); err != nil || ok {
+		return last, ok, err
+	}
+	// A store written before it kept the last source offset: scan.
 	projects, err := s.cfg.Store.Projects(p)
 	if err != nil {
 		return 0, false, err

@@ -97,6 +97,17 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 	if err := a.flush(); err != nil {
 		return fmt.Errorf("apply to partition %d: %w", partition, err)
 	}
+	if a.sourceSet {
+		last, ok, err := getOffset(s.db, sourceKey(partition))
+		if err != nil {
+			return fmt.Errorf("apply to partition %d: %w", partition, err)
+		}
+		if !ok || a.source > last {
+			if err := b.Set(sourceKey(partition), encodeUint64(uint64(a.source)), nil); err != nil {
+				return fmt.Errorf("apply to partition %d: %w", partition, err)
+			}
+		}
+	}
 	if !found || nextOffset > offset {
 		offset = nextOffset
 		if err := b.Set(offsetKey(partition), encodeUint64(uint64(nextOffset)), nil); err != nil {
@@ -148,6 +159,11 @@ type applier struct {
 	// call indexed (bindGroup).
 	groups       map[groupID]string
 	groupClients map[groupClientID]struct{}
+
+	// source is the highest source offset of the versions the call
+	// applied, if it applied one.
+	source    int64
+	sourceSet bool
 
 	// The last project found valid and in the partition.
 	org, project string
@@ -353,6 +369,9 @@ func (a *applier) applyVersion(v *schemas.Version) error {
 	}
 	for client, id := range v.LastIDs {
 		a.lastIDs[lastIDID{org, project, branch, client}] = id
+	}
+	if !a.sourceSet || v.Source.Offset > a.source {
+		a.source, a.sourceSet = v.Source.Offset, true
 	}
 	bh.version, bh.sum, bh.stateHash = v.Version, sum, stateHash
 	bh.hashes = append(bh.hashes, stateHash)

@@ -45,6 +45,7 @@ const globalPartition uint32 = 0xFFFFFFFF
 // Names of meta keys.
 const (
 	metaOffset     = "offset"     // per partition: next changelog offset to read
+	metaSource     = "source"     // per partition: highest source offset (canon.mutations) of the applied versions
 	metaPartitions = "partitions" // global: partition count the store was built with
 )
 
@@ -121,6 +122,8 @@ func metaKey(p uint32, name string) []byte {
 }
 
 func offsetKey(p int32) []byte { return metaKey(uint32(p), metaOffset) }
+
+func sourceKey(p int32) []byte { return metaKey(uint32(p), metaSource) }
 
 func partitionsKey() []byte { return metaKey(globalPartition, metaPartitions) }
 

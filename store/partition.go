@@ -59,6 +59,7 @@ func (ps *partitionState) applier(s *Store, p int32, b *pebble.Batch, r pebble.R
 func (a *applier) reset() {
 	a.s, a.b, a.r = nil, nil, nil
 	a.org, a.project = "", ""
+	a.source, a.sourceSet = 0, false
 	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests)+len(a.groupClients) > maxReusedEntries {
 		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests = nil, nil, nil, nil, nil
 		a.groups, a.groupClients = nil, nil

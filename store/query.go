@@ -510,6 +510,21 @@ func (s *Store) Offset(partition int32) (int64, bool, error) {
 	return o, ok, nil
 }
 
+// LastSource returns the highest source offset (in canon.mutations) of
+// the versions the store applied for a partition; ok is false when it
+// applied none, or when the store was built before it kept the offset
+// (then scan the branches' latest versions). One point read.
+func (s *Store) LastSource(partition int32) (int64, bool, error) {
+	if err := s.checkPartition(partition); err != nil {
+		return 0, false, err
+	}
+	o, ok, err := getOffset(s.db, sourceKey(partition))
+	if err != nil {
+		return 0, false, fmt.Errorf("read the last source offset of partition %d: %w", partition, err)
+	}
+	return o, ok, nil
+}
+
 // Branches returns a project's branches and their latest versions, sorted
 // by name. A scan of the project's branch heads.
 func (s *Store) Branches(org, project string) ([]Branch, error) {
