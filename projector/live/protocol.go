@@ -58,18 +58,18 @@ const (
 
 // Error codes of error messages beyond the producer's push codes.
 const (
-	CodeMalformed      = "malformed_message"
-	CodeUnknownType    = "unknown_type"
-	CodePushDisabled   = "push_unavailable"
-	CodeWrongBranch    = "wrong_branch"
-	CodeBadRequest     = "bad_request"
-	CodeStoreBehind    = "store_behind"
-	CodeStoreError     = "store_error"
-	CodeNotServed      = "not_served"
-	CodeSlow           = "slow_consumer"
-	CodeGoingAway      = "going_away"
-	CodeTokenExpired   = "token_expired"
-	CodeForbidden      = producer.CodeForbidden
+	CodeMalformed       = "malformed_message"
+	CodeUnknownType     = "unknown_type"
+	CodePushDisabled    = "push_unavailable"
+	CodeWrongBranch     = "wrong_branch"
+	CodeBadRequest      = "bad_request"
+	CodeStoreBehind     = "store_behind"
+	CodeStoreError      = "store_error"
+	CodeNotServed       = "not_served"
+	CodeSlow            = "slow_consumer"
+	CodeGoingAway       = "going_away"
+	CodeTokenExpired    = "token_expired"
+	CodeForbidden       = producer.CodeForbidden
 	CodeUnauthenticated = producer.CodeUnauthenticated
 )
 
