@@ -87,6 +87,17 @@ func newEnv(t testing.TB, brokers []string, prefix string, parts int32, mod func
 	return e
 }
 
+// openStore opens another store, closed after everything that uses it.
+func (e *env) openStore() *store.Store {
+	e.t.Helper()
+	st, err := store.Open(store.Config{Dir: e.t.TempDir(), Partitions: e.parts})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.cleanup = append(e.cleanup, func() { _ = st.Close() })
+	return st
+}
+
 // goRun runs a component until the env is cleaned up, failing the test if
 // it stops with an error.
 func (e *env) goRun(name string, run func(context.Context) error) {
