@@ -35,6 +35,26 @@ type Changes struct {
 	// Bodies maps the body hashes of Puts to the bodies, when they were
 	// asked for.
 	Bodies map[string][]byte
+
+	// The client group asked for, as of To, read in the same snapshot as
+	// the changes, so that a client's last id and the versions it
+	// produced are never seen apart.
+	//
+	// GroupKnown reports whether the store knows the group at all: it is
+	// bound to a principal or has clients. GroupPrincipal is the
+	// principal that owns it ("" if none). GroupLastIDs are the last ids
+	// on the branch of the group's clients that have one.
+	GroupKnown     bool
+	GroupPrincipal string
+	GroupLastIDs   map[string]uint64
+}
+
+// ChangesOptions say what ChangesSince reads besides the changed items.
+type ChangesOptions struct {
+	// Bodies: read the bodies of the items put.
+	Bodies bool
+	// Group: read this client group's owner and its clients' last ids.
+	Group string
 }
 
 // ItemKey names an item of a branch.
@@ -59,14 +79,24 @@ const changesWalkLimit = 256
 // and one point read of the latest index per changed item; otherwise
 // from one pass over the branch's MVCC entries, one seek per item that
 // ever existed on the branch plus one per item deleted since from,
-// whatever the length of the history. ErrNotFound if the branch does not
-// exist or from is beyond its head.
-func (s *Store) ChangesSince(org, project, branch string, from uint64, bodies bool) (Changes, error) {
+// whatever the length of the history.
+//
+// A branch that does not exist has head 0 and no changes; ErrNotFound if
+// from is beyond the head (the caller has read the head and decides what
+// a client ahead of it gets). With opt.Group, the group's owner and its
+// clients' last ids are read in the same snapshot.
+func (s *Store) ChangesSince(org, project, branch string, from uint64, opt ChangesOptions) (Changes, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	p := s.PartitionOf(org, project)
-	c, err := changesSince(snap, p, org, project, branch, from, bodies, changesWalkLimit)
-	return c, wrapQuery("changes", org, project, branch, err)
+	c, err := changesSince(snap, p, org, project, branch, from, opt.Bodies, changesWalkLimit)
+	if err == nil && opt.Group != "" {
+		err = c.readGroup(snap, p, opt.Group)
+	}
+	if err != nil {
+		return Changes{}, wrapQuery("changes", org, project, branch, err)
+	}
+	return c, nil
 }
 
 func changesSince(r pebble.Reader, p int32, org, project, branch string, from uint64, bodies bool, walkLimit uint64) (Changes, error) {
@@ -74,13 +104,17 @@ func changesSince(r pebble.Reader, p int32, org, project, branch string, from ui
 	if err != nil {
 		return Changes{}, err
 	}
-	if head == 0 {
-		return Changes{}, fmt.Errorf("%w: no such branch", ErrNotFound)
-	}
 	if from > head {
 		return Changes{}, fmt.Errorf("%w: no version %d (the latest is %d)", ErrNotFound, from, head)
 	}
-	c := Changes{Org: org, Project: project, Branch: branch, From: from, To: head, ScalarsFrom: map[string]json.RawMessage{}}
+	c := Changes{Org: org, Project: project, Branch: branch, From: from, To: head,
+		ScalarsFrom: map[string]json.RawMessage{}, Scalars: map[string]json.RawMessage{}}
+	if bodies {
+		c.Bodies = map[string][]byte{}
+	}
+	if head == 0 {
+		return c, nil
+	}
 	h, err := readVersionHeader(r, p, org, project, branch, head)
 	if err != nil {
 		return Changes{}, err
@@ -98,9 +132,6 @@ func changesSince(r pebble.Reader, p int32, org, project, branch string, from ui
 			return Changes{}, err
 		}
 	}
-	if bodies {
-		c.Bodies = map[string][]byte{}
-	}
 	switch {
 	case from == head:
 	case from == 0:
@@ -117,6 +148,50 @@ func changesSince(r pebble.Reader, p int32, org, project, branch string, from ui
 		return Changes{}, err
 	}
 	return c, nil
+}
+
+// readGroup reads a client group's owner and its clients' last ids on the
+// branch.
+func (c *Changes) readGroup(r pebble.Reader, p int32, group string) error {
+	owner, bound, err := get(r, groupKey(p, c.Org, c.Project, group))
+	if err != nil {
+		return err
+	}
+	c.GroupKnown, c.GroupPrincipal = bound, string(owner)
+	c.GroupLastIDs = map[string]uint64{}
+	prefix := groupClientPrefix(p, c.Org, c.Project, group)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	var clients []string
+	for valid := it.First(); valid; valid = it.Next() {
+		client, rest, derr := decodeString(it.Key()[len(prefix):])
+		if derr != nil || len(rest) != 0 {
+			err = fmt.Errorf("%w: group client key %x", ErrCorrupt, it.Key())
+			break
+		}
+		clients = append(clients, client)
+	}
+	if err = errors.Join(err, it.Close()); err != nil {
+		return err
+	}
+	c.GroupKnown = c.GroupKnown || len(clients) > 0
+	for _, client := range clients {
+		v, found, err := get(r, lastIDKey(p, c.Org, c.Project, c.Branch, client))
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue // a client of the group on another branch
+		}
+		id, err := decodeUint64(v, "last id")
+		if err != nil {
+			return err
+		}
+		c.GroupLastIDs[client] = id
+	}
+	return nil
 }
 
 // put adds an item that exists at To, with its body if asked for.

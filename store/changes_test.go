@@ -99,18 +99,36 @@ func TestChangesSince(t *testing.T) {
 	checkChanges(t, s, pm)
 
 	// The exported form, and its errors.
-	c, err := s.ChangesSince(pm.org, pm.project, "main", 2, false)
+	c, err := s.ChangesSince(pm.org, pm.project, "main", 2, ChangesOptions{Group: "g-c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Bodies != nil || c.From != 2 || c.To != 5 || len(c.Puts) != 4 || len(c.Deletes) != 1 {
 		t.Fatalf("main from 2: %+v", c)
 	}
-	if _, err := s.ChangesSince(pm.org, pm.project, "main", 6, false); !errors.Is(err, ErrNotFound) {
+	// The history's outcomes carry no principal: the group is known by
+	// its client alone.
+	if !c.GroupKnown || c.GroupPrincipal != "" || !reflect.DeepEqual(c.GroupLastIDs, map[string]uint64{"c1": 4}) {
+		t.Fatalf("group g-c1: known %v, principal %q, last ids %v", c.GroupKnown, c.GroupPrincipal, c.GroupLastIDs)
+	}
+	// c3 is a client of the feature branch only.
+	c, err = s.ChangesSince(pm.org, pm.project, "main", 5, ChangesOptions{Group: "g-c3"})
+	if err != nil || !c.GroupKnown || len(c.GroupLastIDs) != 0 || len(c.Puts)+len(c.Deletes) != 0 {
+		t.Fatalf("group g-c3 on main: %+v, %v", c, err)
+	}
+	c, err = s.ChangesSince(pm.org, pm.project, "main", 5, ChangesOptions{Group: "nobody"})
+	if err != nil || c.GroupKnown || len(c.GroupLastIDs) != 0 {
+		t.Fatalf("unknown group: %+v, %v", c, err)
+	}
+	if _, err := s.ChangesSince(pm.org, pm.project, "main", 6, ChangesOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("from beyond the head: %v", err)
 	}
-	if _, err := s.ChangesSince(pm.org, pm.project, "nope", 0, false); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("no such branch: %v", err)
+	c, err = s.ChangesSince(pm.org, pm.project, "nope", 0, ChangesOptions{Bodies: true})
+	if err != nil || c.To != 0 || len(c.Puts) != 0 {
+		t.Fatalf("no such branch: %+v, %v", c, err)
+	}
+	if _, err := s.ChangesSince(pm.org, pm.project, "nope", 1, ChangesOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("from beyond the head of a missing branch: %v", err)
 	}
 }
 
