@@ -261,4 +261,3 @@ func projectIn(p int32, i int) string {
 		}
 	}
 }
-

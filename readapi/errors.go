@@ -13,19 +13,19 @@ import (
 // API's errors (producer/errors.go): code says what went wrong, message
 // the details, field the parameter at fault, hint what to do.
 const (
-	CodeInvalid             = "invalid_field"          // 400: a path or query parameter is malformed or out of range
-	CodeMalformed           = "malformed_json"         // 400: the body is not the JSON the endpoint takes
-	CodeUnauthenticated     = "unauthenticated"        // 401: no token, or a bad or expired one
-	CodeForbidden           = "forbidden"              // 403: the token does not reach the org, project or scope
-	CodeBranchNotFound      = "branch_not_found"       // 404: the project has no such branch
-	CodeVersionNotFound     = "version_not_found"      // 404: the branch has no such version (yet)
-	CodeItemNotFound        = "item_not_found"         // 404: no such item at that version
-	CodeBlobNotFound        = "blob_not_found"         // 404: the project holds no body or chunk of that hash
-	CodeMutationNotFound    = "mutation_not_found"     // 404: a decided mutation without a record (store damaged)
-	CodeTooLarge            = "too_large"              // 413: the body is over the limit
-	CodeUnsupportedMedia    = "unsupported_media"      // 415: not application/json
-	CodePartitionNotServed  = "partition_not_served"   // 421: this instance does not hold the project's partition
-	CodeInternal            = "internal"               // 500: the store failed; the message says how
+	CodeInvalid            = "invalid_field"        // 400: a path or query parameter is malformed or out of range
+	CodeMalformed          = "malformed_json"       // 400: the body is not the JSON the endpoint takes
+	CodeUnauthenticated    = "unauthenticated"      // 401: no token, or a bad or expired one
+	CodeForbidden          = "forbidden"            // 403: the token does not reach the org, project or scope
+	CodeBranchNotFound     = "branch_not_found"     // 404: the project has no such branch
+	CodeVersionNotFound    = "version_not_found"    // 404: the branch has no such version (yet)
+	CodeItemNotFound       = "item_not_found"       // 404: no such item at that version
+	CodeBlobNotFound       = "blob_not_found"       // 404: the project holds no body or chunk of that hash
+	CodeMutationNotFound   = "mutation_not_found"   // 404: a decided mutation without a record (store damaged)
+	CodeTooLarge           = "too_large"            // 413: the body is over the limit
+	CodeUnsupportedMedia   = "unsupported_media"    // 415: not application/json
+	CodePartitionNotServed = "partition_not_served" // 421: this instance does not hold the project's partition
+	CodeInternal           = "internal"             // 500: the store failed; the message says how
 )
 
 // Error is the JSON error answer of the read API.

@@ -18,13 +18,13 @@ import (
 func fill(e *env) {
 	e.t.Helper()
 	kinds := e.decide(
-		mut{project: "doc", client: "c1", id: 1, name: "project.set", args: `{"name":"Doc"}`},                                            // v1
+		mut{project: "doc", client: "c1", id: 1, name: "project.set", args: `{"name":"Doc"}`},                                             // v1
 		mut{project: "doc", client: "c1", id: 2, name: "item.put", args: `{"collection":"notes","id":"a","meta":{"t":1},"data":{"x":1}}`}, // v2
-		mut{project: "doc", client: "c2", id: 1, name: "item.put", args: `{"collection":"notes","id":"b/1","data":"bee"}`},                 // v3
-		mut{project: "doc", client: "c2", id: 2, name: "item.patch", args: `{"collection":"notes","id":"a","data":{"y":2}}`},               // v4
-		mut{project: "doc", client: "c1", id: 3, name: "item.delete", args: `{"collection":"notes","id":"nope"}`},                          // v5: error
-		mut{project: "doc", client: "c1", id: 4, name: "item.delete", args: `{"collection":"notes","id":"b/1"}`},                           // v6
-		mut{project: "doc", branch: "feat", client: "c3", id: 1, name: "branch.create", args: `{"from":"main","version":4}`},             // feat v1
+		mut{project: "doc", client: "c2", id: 1, name: "item.put", args: `{"collection":"notes","id":"b/1","data":"bee"}`},                // v3
+		mut{project: "doc", client: "c2", id: 2, name: "item.patch", args: `{"collection":"notes","id":"a","data":{"y":2}}`},              // v4
+		mut{project: "doc", client: "c1", id: 3, name: "item.delete", args: `{"collection":"notes","id":"nope"}`},                         // v5: error
+		mut{project: "doc", client: "c1", id: 4, name: "item.delete", args: `{"collection":"notes","id":"b/1"}`},                          // v6
+		mut{project: "doc", branch: "feat", client: "c3", id: 1, name: "branch.create", args: `{"from":"main","version":4}`},              // feat v1
 	)
 	want := []model.Kind{model.Applied, model.Applied, model.Applied, model.Applied, model.Errored, model.Applied, model.Applied}
 	if !slices.Equal(kinds, want) {
