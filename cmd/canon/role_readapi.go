@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/readapi"
+	"github.com/canon-sync/canon/sequencer"
 )
 
 func init() {
 	roles["readapi"] = role{
-		help:  "HTTP reads and Replicache pull; without the sequencer role, a read replica of --partitions",
+		help:  "HTTP reads, Replicache pull and the websocket; without the sequencer role, a read replica of --partitions",
 		setup: setupReadAPI,
 	}
 }
@@ -59,8 +64,35 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		return nil, err
 	}
 	srv.Mount(n.mux)
-	// The live projector's websocket, GET /v1/projects/{org}/{project}/ws
-	// (package projector/live), is mounted here on the same mux, next to
-	// the reads it complements: live.Mount(n.mux).
-	return run, nil
+
+	// The websocket: versions of a project live, and pushes on the socket
+	// through the node's producer (or one of its own).
+	pusher := n.producer
+	if pusher == nil {
+		kcfg := n.kcfg
+		kcfg.ClientID = "canon-live-producer"
+		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.keys.VerifyOnly(), Log: n.log,
+			Registerer: n.registry, Partitions: n.topics.Partitions, SequencerGroup: n.topicPrefix + sequencer.DefaultGroup}); err != nil {
+			return nil, err
+		}
+	}
+	kcfg := n.kcfg
+	kcfg.ClientID = "canon-live"
+	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
+		Partitions: partitions, Keys: n.keys.VerifyOnly(), Pusher: pusher, Log: n.log, Registerer: n.registry})
+	if err != nil {
+		return nil, err
+	}
+	ws.Mount(n.mux)
+	n.ready.Add("live", ws.Ready)
+	own := pusher != n.producer
+	return func(ctx context.Context) error {
+		if own {
+			defer pusher.Close()
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return run(gctx) })
+		g.Go(func() error { return ws.Run(gctx) })
+		return g.Wait()
+	}, nil
 }

@@ -241,7 +241,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	defer s.closeConns()
 	tail, err := changelog.New(changelog.Config{Kafka: s.cfg.Kafka, Topics: s.cfg.Topics, Partitions: s.cfg.Partitions,
-		PartitionCount: s.cfg.PartitionCount, Start: s.start, Rejected: true, Limits: s.cfg.Limits, Log: s.cfg.Log})
+		PartitionCount: s.cfg.PartitionCount, Start: s.start, Rejected: true, RejectedPartitions: s.cfg.PartitionCount, Limits: s.cfg.Limits, Log: s.cfg.Log})
 	if err != nil {
 		return fmt.Errorf("live: %w", err)
 	}
