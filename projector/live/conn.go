@@ -34,6 +34,7 @@ type conn struct {
 	sub      *subscriber
 	lastSent uint64
 	spare    []entry
+	batch    [][]byte
 
 	replies  chan []byte
 	quit     chan struct{} // closed when the writer stops taking replies
@@ -258,40 +259,56 @@ func (c *conn) drain() (*closeReason, error) {
 		return closeWith(CloseSlow, CodeSlow, fmt.Sprintf("the client reads too slowly: more than %d messages waited for it", c.s.cfg.QueueSize),
 			fmt.Sprintf("reconnect with from=%d (the last version received)", c.lastSent)), nil
 	}
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	versions, other := 0, 0
-	defer func() {
-		c.s.m.sentVersion.Add(float64(versions))
-		c.s.m.sentOther.Add(float64(other))
-	}()
+	c.batch = c.batch[:0]
+	versions := 0
 	for _, e := range entries {
-		if e.version == 0 {
-			if err := c.ws.WritePreparedMessage(e.pm); err != nil {
-				return nil, err
+		if e.version != 0 {
+			if e.version <= c.lastSent {
+				continue
 			}
-			other++
-			continue
-		}
-		if e.version <= c.lastSent {
-			continue
-		}
-		if e.version > c.lastSent+1 {
-			c.s.m.storeFills.Inc()
-			if err := c.waitStore(e.offset); err != nil {
-				return c.storeFailure(err), err
+			if e.version > c.lastSent+1 {
+				// What is batched goes first, then the gap from the store.
+				if err := c.flush(versions); err != nil {
+					return nil, err
+				}
+				versions = 0
+				c.s.m.storeFills.Inc()
+				if err := c.waitStore(e.offset); err != nil {
+					return c.storeFailure(err), err
+				}
+				if reason := c.readStore(e.version - 1); reason != nil || c.gone() {
+					return reason, errGone
+				}
 			}
-			if reason := c.readStore(e.version - 1); reason != nil || c.gone() {
-				return reason, errGone
-			}
-			_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+			c.lastSent = e.version
+			versions++
 		}
-		if err := c.ws.WritePreparedMessage(e.pm); err != nil {
-			return nil, err
-		}
-		c.lastSent = e.version
-		versions++
+		c.batch = append(c.batch, e.frame)
 	}
-	return nil, nil
+	return nil, c.flush(versions)
+}
+
+// flush writes the batched frames in one system call (writev). The frames
+// go to the socket beside the websocket library, which is safe: a write
+// of a net.Conn is atomic, every buffer is a whole frame, and the library
+// writes only control frames (pong, close) from other goroutines, which
+// may come between data frames.
+func (c *conn) flush(versions int) error {
+	if len(c.batch) == 0 {
+		return nil
+	}
+	nc := c.ws.NetConn()
+	_ = nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	bufs := net.Buffers(c.batch)
+	_, err := bufs.WriteTo(nc)
+	if err != nil {
+		return err
+	}
+	c.s.m.sentVersion.Add(float64(versions))
+	c.s.m.sentOther.Add(float64(len(c.batch) - versions))
+	clear(c.batch)
+	c.batch = c.batch[:0]
+	return nil
 }
 
 // readStore writes the versions after lastSent from the store: up to upTo,

@@ -1,12 +1,11 @@
 package live
 
 import (
+	"encoding/binary"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/canon-sync/canon/internal/changelog"
 )
@@ -14,13 +13,14 @@ import (
 // projectKey and the branch name address a subscription.
 type projectKey struct{ org, project string }
 
-// entry is one message queued for a subscriber. Version entries carry the
+// entry is one message queued for a subscriber: a complete websocket
+// frame, shared by every subscriber it goes to. Version entries carry the
 // version number and the changelog offset of its record; rejected entries
 // have version 0.
 type entry struct {
 	version uint64
 	offset  int64
-	pm      *websocket.PreparedMessage
+	frame   []byte
 }
 
 // subscriber is one connection's bounded queue. The hub appends to it,
@@ -197,20 +197,20 @@ func (h *hub) publishVersion(ev changelog.Event) {
 	h.mu.RLock()
 	listened := len(h.subs[key][v.Branch]) > 0
 	h.mu.RUnlock()
-	var pm *websocket.PreparedMessage
+	var frame []byte
 	if listened {
-		pm = h.prepare(encodeVersion(v))
+		frame = h.prepare(encodeVersion(v))
 	}
 
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	set := h.subs[key][v.Branch]
-	if len(set) > 0 && pm == nil {
+	if len(set) > 0 && frame == nil {
 		// A subscriber came in between: encode under the lock, rarely.
-		pm = h.prepare(encodeVersion(v))
+		frame = h.prepare(encodeVersion(v))
 	}
-	if pm != nil {
-		e := entry{version: v.Version, offset: ev.Offset, pm: pm}
+	if frame != nil {
+		e := entry{version: v.Version, offset: ev.Offset, frame: frame}
 		for s := range set {
 			if !s.push(e) {
 				h.m.overflows.Inc()
@@ -237,11 +237,11 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	if len(branches) == 0 {
 		return
 	}
-	pm := h.prepare(encodeRejected(ev.Rejected))
-	if pm == nil {
+	frame := h.prepare(encodeRejected(ev.Rejected))
+	if frame == nil {
 		return
 	}
-	e := entry{pm: pm}
+	e := entry{frame: frame}
 	for _, set := range branches {
 		for s := range set {
 			if !s.push(e) {
@@ -251,12 +251,10 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	}
 }
 
-func (h *hub) prepare(b []byte, err error) *websocket.PreparedMessage {
+// prepare frames an encoded message once for all its subscribers.
+func (h *hub) prepare(b []byte, err error) []byte {
 	if err == nil {
-		var pm *websocket.PreparedMessage
-		if pm, err = websocket.NewPreparedMessage(websocket.TextMessage, b); err == nil {
-			return pm
-		}
+		return textFrame(b)
 	}
 	// Encoding a decoded record cannot fail; if it ever does, say so
 	// loudly rather than deliver a gap silently: subscribers fill it from
@@ -264,4 +262,22 @@ func (h *hub) prepare(b []byte, err error) *websocket.PreparedMessage {
 	h.m.undecodable.Inc()
 	h.log.Error("encode live message", "err", err)
 	return nil
+}
+
+// textFrame is payload as one unmasked, unfragmented websocket text frame,
+// which is what a server sends (RFC 6455 section 5.2). Subscribers write
+// the same frame bytes, several in one system call.
+func textFrame(payload []byte) []byte {
+	n := len(payload)
+	var f []byte
+	switch {
+	case n < 126:
+		f = append(make([]byte, 0, 2+n), 0x81, byte(n))
+	case n <= 0xffff:
+		f = append(make([]byte, 0, 4+n), 0x81, 126, byte(n>>8), byte(n))
+	default:
+		f = append(make([]byte, 0, 10+n), 0x81, 127)
+		f = binary.BigEndian.AppendUint64(f, uint64(n))
+	}
+	return append(f, payload...)
 }
