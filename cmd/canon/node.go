@@ -23,6 +23,7 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
+	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -79,6 +80,9 @@ type node struct {
 	// partitions are the partitions of Canon's topics that the node's read
 	// roles serve (--partitions); nil means all of them.
 	partitions []int32
+	// producer is the producer role's, for the other roles that push (the
+	// websocket); nil when the node does not run it.
+	producer *producer.Producer
 	// store is the Pebble store the node's roles share (Pebble allows one
 	// opener per directory); opened by the first role that asks.
 	store *store.Store

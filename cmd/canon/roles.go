@@ -34,6 +34,7 @@ func setupProducer(n *node) (func(context.Context) error, error) {
 		return nil, err
 	}
 	p.Mount(n.mux)
+	n.producer = p
 	n.ready.Add("producer", p.Ready)
 	return func(ctx context.Context) error {
 		<-ctx.Done()

@@ -21,8 +21,23 @@ type role struct {
 	setup func(n *node) (run func(ctx context.Context) error, err error)
 }
 
+// roleOrder is the order roles are set up in, whatever the order given:
+// a role may use what an earlier one made (readapi uses the producer).
+var roleOrder = []string{"producer", "sequencer", "readapi", "projector"}
+
 // setupRoles sets up the named roles on n.
 func setupRoles(n *node, names []string) ([]func(context.Context) error, error) {
+	names = slices.Clone(names)
+	slices.SortStableFunc(names, func(a, b string) int {
+		ia, ib := slices.Index(roleOrder, a), slices.Index(roleOrder, b)
+		if ia < 0 {
+			ia = len(roleOrder)
+		}
+		if ib < 0 {
+			ib = len(roleOrder)
+		}
+		return ia - ib
+	})
 	n.roles = names
 	runs := make([]func(context.Context) error, 0, len(names))
 	for _, name := range names {

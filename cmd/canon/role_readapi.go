@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/projector/live"
+	"github.com/canon-sync/canon/readapi"
+	"github.com/canon-sync/canon/sequencer"
+)
+
+func init() {
+	roles["readapi"] = role{
+		help:  "HTTP reads, Replicache pull and the websocket; without the sequencer role, a read replica of --partitions",
+		setup: setupReadAPI,
+	}
+}
+
+// setupReadAPI serves the read API from the node's store. With the
+// sequencer role in the same node (canon dev) that is the sequencer's
+// store, and nothing else runs; otherwise the node is a read replica: it
+// materializes the store for --partitions (all by default) from
+// canon.versions and is ready once caught up.
+func setupReadAPI(n *node) (func(context.Context) error, error) {
+	if n.keys == nil {
+		return nil, usageError{errors.New("the readapi role verifies tokens: pass --keys FILE (a keyset made with 'canon token keygen')")}
+	}
+	st, err := n.sharedStore()
+	if err != nil {
+		return nil, err
+	}
+	partitions := n.partitions
+	run := func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	}
+	if n.runs("sequencer") {
+		// The sequencer's store holds the partitions the sequencer owns;
+		// --partitions is for replicas.
+		partitions = nil
+	} else {
+		kcfg := n.kcfg
+		kcfg.ClientID = "canon-readapi-replica"
+		rep, err := readapi.NewReplica(readapi.ReplicaConfig{
+			Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Log: n.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		n.ready.Add("readapi-replica", rep.Ready)
+		run = rep.Run
+	}
+	srv, err := readapi.New(readapi.Config{
+		Store:      st,
+		Keys:       n.keys.VerifyOnly(),
+		Partitions: partitions,
+		Log:        n.log,
+		Registerer: n.registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv.Mount(n.mux)
+
+	// The websocket: versions of a project live, and pushes on the socket
+	// through the node's producer (or one of its own).
+	pusher := n.producer
+	if pusher == nil {
+		kcfg := n.kcfg
+		kcfg.ClientID = "canon-live-producer"
+		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.keys.VerifyOnly(), Log: n.log,
+			Registerer: n.registry, Partitions: n.topics.Partitions, SequencerGroup: n.topicPrefix + sequencer.DefaultGroup}); err != nil {
+			return nil, err
+		}
+	}
+	kcfg := n.kcfg
+	kcfg.ClientID = "canon-live"
+	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
+		Partitions: partitions, Keys: n.keys.VerifyOnly(), Pusher: pusher, Log: n.log, Registerer: n.registry})
+	if err != nil {
+		return nil, err
+	}
+	ws.Mount(n.mux)
+	n.ready.Add("live", ws.Ready)
+	own := pusher != n.producer
+	return func(ctx context.Context) error {
+		if own {
+			defer pusher.Close()
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return run(gctx) })
+		g.Go(func() error { return ws.Run(gctx) })
+		return g.Wait()
+	}, nil
+}

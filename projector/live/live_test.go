@@ -1,0 +1,502 @@
+package live
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// The websocket on the real broker, with the producer, sequencer and store
+// in-process. The subtests share one pipeline and use their own projects.
+func TestLive(t *testing.T) {
+	k := testenv.NewKafka(t)
+	e := newEnv(t, k.Brokers, k.Topic(t, ""), 3, nil)
+
+	t.Run("every subscriber gets every version once in order", func(t *testing.T) { testConcurrentPushes(t, e) })
+	t.Run("slow consumer", func(t *testing.T) { testSlowConsumer(t, e) })
+	t.Run("auth", func(t *testing.T) { testAuth(t, e) })
+	t.Run("reset", func(t *testing.T) { testReset(t, e) })
+	t.Run("push on the socket", func(t *testing.T) { testPush(t, e) })
+	t.Run("oversized message", func(t *testing.T) { testOversized(t, e) })
+}
+
+// Many clients push to several projects while subscribers of every kind
+// read: from 0 before the pushes, from 0 or from a version in the middle
+// of them, live only, and resuming after disconnects. Each gets every
+// version after its start exactly once, in order, equal to the store's.
+func testConcurrentPushes(t *testing.T, e *env) {
+	const (
+		projects = 3
+		clients  = 4
+		perPush  = 2
+		pushes   = 15
+		total    = clients * perPush * pushes
+	)
+	tok := e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead)
+	type result struct {
+		project string
+		from    uint64
+		vs      []msg
+	}
+	results := make(chan result, 100)
+	errs := make(chan error, 100)
+	var subs sync.WaitGroup
+	// subscribe reads from `from` (nil: live) until total, disconnecting
+	// after `drop` versions (0: never) and resuming from the last one.
+	subscribe := func(project string, from *uint64, drop int) {
+		subs.Go(func() {
+			q := ""
+			if from != nil {
+				q = fmt.Sprintf("from=%d", *from)
+			}
+			c, err := dial(t, e.srv, "acme", project, q, bearer(tok), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			hello, err := c.next(time.Minute)
+			if err != nil || hello.Type != TypeHello {
+				errs <- fmt.Errorf("hello: %s %v", hello.raw, err)
+				return
+			}
+			start := hello.Head
+			if from != nil {
+				start = *from
+			}
+			var got []msg
+			last := start
+			for last < total {
+				m, err := c.next(time.Minute)
+				if err != nil {
+					errs <- fmt.Errorf("%s from %d after %d: %w", project, start, last, err)
+					return
+				}
+				if m.Type != TypeVersion {
+					continue
+				}
+				got = append(got, m)
+				last = m.Version
+				if drop > 0 && len(got)%drop == 0 && last < total {
+					c.close()
+					if c, err = dial(t, e.srv, "acme", project, fmt.Sprintf("from=%d", last), bearer(tok), nil); err != nil {
+						errs <- err
+						return
+					}
+					if m, err := c.next(time.Minute); err != nil || m.Type != TypeHello {
+						errs <- fmt.Errorf("hello on resume: %s %v", m.raw, err)
+						return
+					}
+				}
+			}
+			c.close()
+			results <- result{project, start, got}
+		})
+	}
+	zero := uint64(0)
+	for pi := range projects {
+		p := fmt.Sprintf("conc%d", pi)
+		subscribe(p, &zero, 0)
+		subscribe(p, &zero, 0)
+		subscribe(p, nil, 0)
+		subscribe(p, &zero, 7)
+	}
+	// Let the early subscribers say hello before the first push, so that
+	// the live-only one starts at 0.
+	waitFor(t, time.Minute, "12 subscribers", func() bool {
+		return testutil.ToFloat64(e.live.m.subscribers) == projects*4
+	})
+
+	var pushers sync.WaitGroup
+	for pi := range projects {
+		for ci := range clients {
+			pushers.Go(func() {
+				client := fmt.Sprintf("conc%d-c%d", pi, ci)
+				for i := range pushes {
+					ids := make([]uint64, perPush)
+					for j := range ids {
+						ids[j] = uint64(i*perPush + j + 1)
+					}
+					if err := e.push("acme", fmt.Sprintf("conc%d", pi), client, ids...); err != nil {
+						errs <- err
+						return
+					}
+					if i == pushes/2 && ci == 0 {
+						// Late joiners: from 0, and from wherever the store is.
+						p := fmt.Sprintf("conc%d", pi)
+						h, _ := e.st.Head("acme", p, "main")
+						subscribe(p, &zero, 0)
+						subscribe(p, &h.Version, 0)
+						subscribe(p, &h.Version, 11)
+					}
+				}
+			})
+		}
+	}
+	pushers.Wait()
+	subs.Wait()
+	close(results)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	n := 0
+	for r := range results {
+		n++
+		if uint64(len(r.vs)) != total-r.from {
+			t.Fatalf("%s from %d: %d versions, want %d", r.project, r.from, len(r.vs), total-r.from)
+		}
+		checkVersions(t, e.st, "acme", r.project, "main", r.from, r.vs)
+	}
+	t.Logf("%v versions sent, %v from the store, %v live ones ahead filled from the store",
+		testutil.ToFloat64(e.live.m.sentVersion), testutil.ToFloat64(e.live.m.catchUp), testutil.ToFloat64(e.live.m.storeFills))
+	if n != projects*7 {
+		t.Fatalf("%d subscribers finished, want %d", n, projects*7)
+	}
+	for pi := range projects {
+		vs, err := e.st.Versions("acme", fmt.Sprintf("conc%d", pi), "main", 1, total+1)
+		if err != nil || len(vs) != total {
+			t.Fatalf("conc%d: %d versions in the store (%v), want %d", pi, len(vs), err, total)
+		}
+	}
+}
+
+// A client that stops reading is closed with 4008 once its queue
+// overflows, after the versions written before; it resumes from the last
+// one it read and misses none.
+func testSlowConsumer(t *testing.T, e *env) {
+	slow, srv := e.startLive(e.st, func(c *Config) {
+		c.QueueSize = 16
+		c.SendBufferBytes = 4 << 10
+		c.WriteTimeout = time.Minute
+		c.PongWait = 2 * time.Minute
+		c.PingInterval = time.Minute
+	})
+	tok := e.token("acme", []string{"slow"}, time.Hour, auth.ScopeRead)
+	c, err := dial(t, srv, "acme", "slow", "from=0", bearer(tok), smallReadBuffer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.expect(TypeHello)
+	// Push until the server gives up on the client, which reads nothing.
+	var id uint64
+	for testutil.ToFloat64(slow.m.overflows) == 0 {
+		if id > 5000 {
+			t.Fatalf("no overflow after %d versions", id)
+		}
+		id++
+		if err := e.push("acme", "slow", "s1", id); err != nil {
+			t.Fatal(err)
+		}
+		if id%20 == 0 {
+			e.waitHead("acme", "slow", "main", id)
+		}
+	}
+	code, got := c.closeCode()
+	if code != CloseSlow {
+		t.Fatalf("close code %d, want %d", code, CloseSlow)
+	}
+	var vs []msg
+	for _, m := range got {
+		switch m.Type {
+		case TypeVersion:
+			vs = append(vs, m)
+		case TypeError:
+			if m.Error.Code != CodeSlow || !strings.Contains(m.Error.Hint, fmt.Sprintf("from=%d", uint64(len(vs)))) {
+				t.Fatalf("error message %s after %d versions", m.raw, len(vs))
+			}
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	if len(vs) == 0 || uint64(len(vs)) >= id {
+		t.Fatalf("the slow client got %d of %d versions before the close", len(vs), id)
+	}
+	if got := testutil.ToFloat64(slow.m.closes.WithLabelValues("4008")); got != 1 {
+		t.Fatalf("%v slow closes counted", got)
+	}
+	// Resume from the last version read.
+	last := vs[len(vs)-1].Version
+	c2, err := dial(t, srv, "acme", "slow", fmt.Sprintf("from=%d", last), bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.close()
+	c2.expect(TypeHello)
+	for uint64(len(vs)) < id {
+		vs = append(vs, c2.expect(TypeVersion))
+	}
+	checkVersions(t, e.st, "acme", "slow", "main", 0, vs)
+	t.Logf("closed as slow after %d of %d versions", last, id)
+}
+
+// Subscriptions without a valid token are closed with 4001, those whose
+// token does not reach the project with 4003, each after an error message.
+func testAuth(t *testing.T, e *env) {
+	other := auth.NewKeyset()
+	if err := other.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	c := auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeRead}}
+	c.Subject = "mallory"
+	forged, err := other.Issue(c, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := e.keys.Issue(c, time.Second, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		query  string
+		header string
+		code   int
+		err    string
+	}{
+		{"no token", "", "", CloseUnauthenticated, CodeUnauthenticated},
+		{"garbage", "token=abc", "", CloseUnauthenticated, CodeUnauthenticated},
+		{"forged", "", forged, CloseUnauthenticated, CodeUnauthenticated},
+		{"expired", "token=" + expired, "", CloseUnauthenticated, CodeUnauthenticated},
+		{"other project", "", e.token("acme", []string{"elsewhere"}, time.Hour, auth.ScopeRead), CloseForbidden, CodeForbidden},
+		{"other org", "token=" + e.token("umbrella", []string{"*"}, time.Hour, auth.ScopeRead), "", CloseForbidden, CodeForbidden},
+		{"bad branch", "branch=" + strings.Repeat("b", 300) + "&token=" + e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead), "",
+			CloseBadRequest, CodeBadRequest},
+		{"bad from", "from=-1", e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead), CloseBadRequest, CodeBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := bearer(tc.header)
+			if tc.header == "" {
+				h = nil
+			}
+			cl, err := dial(t, e.srv, "acme", "authp", tc.query, h, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.close()
+			code, got := cl.closeCode()
+			if code != tc.code || len(got) != 1 || got[0].Type != TypeError || got[0].Error.Code != tc.err {
+				t.Fatalf("close %d after %d messages (%v), want %d after an error %s", code, len(got), got, tc.code, tc.err)
+			}
+		})
+	}
+	// The query token works as well as the header: a browser's way.
+	cl, err := dial(t, e.srv, "acme", "authp", "token="+e.token("acme", []string{"authp"}, time.Hour, auth.ScopeRead), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	if m := cl.expect(TypeHello); !strings.Contains(string(m.raw), `"protocol":1`) {
+		t.Fatalf("hello %s", m.raw)
+	}
+	// A token that expires closes an open socket with 4001.
+	c.Projects = []string{"authp"}
+	short, err := e.keys.Issue(c, 2*time.Second, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := dial(t, e.srv, "acme", "authp", "token="+short, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.close()
+	if code, got := cs.closeCode(); code != CloseUnauthenticated || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeTokenExpired {
+		t.Fatalf("expiring token: close %d after %v", code, got)
+	}
+}
+
+// A subscription from a version the branch does not have gets reset with
+// the head, then the versions after the head.
+func testReset(t *testing.T, e *env) {
+	tok := e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead)
+	for id := uint64(1); id <= 3; id++ {
+		if err := e.push("acme", "resetp", "r1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitHead("acme", "resetp", "main", 3)
+
+	c, err := dial(t, e.srv, "acme", "resetp", "from=10", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if h := c.expect(TypeHello); h.Head != 3 {
+		t.Fatalf("hello %s", h.raw)
+	}
+	if r := c.expect(TypeReset); r.Reason != ReasonFutureVersion || r.Head != 3 {
+		t.Fatalf("reset %s", r.raw)
+	}
+	if err := e.push("acme", "resetp", "r1", 4); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.expect(TypeVersion); v.Version != 4 {
+		t.Fatalf("after reset: %s", v.raw)
+	}
+
+	u, err := dial(t, e.srv, "acme", "resetp", "branch=nope&from=2", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.close()
+	u.expect(TypeHello)
+	if r := u.expect(TypeReset); r.Reason != ReasonUnknownBranch || r.Head != 0 || !strings.Contains(string(r.raw), `"branch":"nope"`) {
+		t.Fatalf("reset %s", r.raw)
+	}
+	// From 0 on a branch without versions is no reset: nothing is missed.
+	z, err := dial(t, e.srv, "acme", "resetp", "branch=new&from=0", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.close()
+	if h := z.expect(TypeHello); h.Head != 0 {
+		t.Fatalf("hello %s", h.raw)
+	}
+	if err := z.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping","requestId":"p"}`)); err != nil {
+		t.Fatal(err)
+	}
+	z.expect(TypePong)
+}
+
+// Mutations pushed on the socket get their written positions at once,
+// then come back in version messages; a gap comes back as a rejected
+// message; a read-only token cannot push.
+func testPush(t *testing.T, e *env) {
+	tok := e.token("acme", []string{"pushp"}, time.Hour, auth.ScopeWrite)
+	c, err := dial(t, e.srv, "acme", "pushp", "from=0", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if h := c.expect(TypeHello); !strings.Contains(string(h.raw), `"push":true`) {
+		t.Fatalf("hello %s", h.raw)
+	}
+	send := func(s string) {
+		if err := c.ws.WriteMessage(websocket.TextMessage, []byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"type":"push","requestId":"r1","clientGroup":"g1","mutations":[
+		{"client":"c1","id":1,"name":"item.put","args":{"collection":"c","id":"a","data":1}},
+		{"client":"c1","id":2,"name":"no.such.mutator","args":{}}]}`)
+	var pushed struct {
+		RequestID string `json:"requestId"`
+		Mutations []struct {
+			Client    string `json:"client"`
+			ID        uint64 `json:"id"`
+			Partition int32  `json:"partition"`
+			Offset    int64  `json:"offset"`
+		} `json:"mutations"`
+	}
+	var outcomes []MutationMessage
+	for len(outcomes) < 2 || pushed.RequestID == "" {
+		m, err := c.next(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case TypePushed:
+			if err := json.Unmarshal(m.raw, &pushed); err != nil {
+				t.Fatal(err)
+			}
+		case TypeVersion:
+			var v VersionMessage
+			if err := json.Unmarshal(m.raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			outcomes = append(outcomes, v.Mutations...)
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	wantPart := schemas.Partition(schemas.ProjectKey("acme", "pushp"), e.parts)
+	if pushed.RequestID != "r1" || len(pushed.Mutations) != 2 || pushed.Mutations[1].ID != 2 ||
+		pushed.Mutations[0].Partition != wantPart || pushed.Mutations[1].Offset != pushed.Mutations[0].Offset+1 {
+		t.Fatalf("pushed %+v", pushed)
+	}
+	if outcomes[0].Client != "c1" || outcomes[0].ID != 1 || outcomes[0].Status != schemas.StatusApplied ||
+		outcomes[1].ID != 2 || outcomes[1].Status != schemas.StatusError || outcomes[1].Error == "" {
+		t.Fatalf("outcomes %+v", outcomes)
+	}
+
+	// A gap: id 5 after 2.
+	send(`{"type":"push","requestId":"r2","clientGroup":"g1","mutations":[{"client":"c1","id":5,"name":"item.put","args":{"collection":"c","id":"a","data":2}}]}`)
+	var rejected RejectedMessage
+	for sawPushed := false; !sawPushed || rejected.Type == ""; {
+		m, err := c.next(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case TypePushed:
+			sawPushed = true
+		case TypeRejected:
+			if err := json.Unmarshal(m.raw, &rejected); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	if rejected.Reason != schemas.ReasonGap || rejected.ExpectedID != 3 || rejected.Client != "c1" || rejected.ID != 5 || rejected.Branch != "main" {
+		t.Fatalf("rejected %+v", rejected)
+	}
+
+	// Refusals come back as error messages, and the socket stays open.
+	for _, tc := range []struct{ body, code string }{
+		{`{"type":"push","requestId":"r3","branch":"other","clientGroup":"g1","mutations":[{"client":"c1","id":3,"name":"item.put","args":{}}]}`, CodeWrongBranch},
+		{`{"type":"push","requestId":"r4","clientGroup":"g1","mutations":[]}`, "empty_batch"},
+		{`{"type":"push","requestId":"r5","clientGroup":"g1","bogus":1}`, "invalid_field"},
+		{`{"type":"subscribe","requestId":"r6"}`, CodeUnknownType},
+		{`not json`, CodeMalformed},
+	} {
+		send(tc.body)
+		if m := c.expect(TypeError); m.Error.Code != tc.code {
+			t.Fatalf("%s: %s, want %s", tc.body, m.raw, tc.code)
+		}
+	}
+
+	ro, err := dial(t, e.srv, "acme", "pushp", "", bearer(e.token("acme", []string{"pushp"}, time.Hour, auth.ScopeRead)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.close()
+	ro.expect(TypeHello)
+	if err := ro.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"push","requestId":"x","clientGroup":"g2","mutations":[{"client":"c2","id":1,"name":"item.put","args":{}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := ro.expect(TypeError); m.Error.Code != CodeForbidden || !strings.Contains(string(m.raw), `"requestId":"x"`) {
+		t.Fatalf("read-only push: %s", m.raw)
+	}
+}
+
+// A client message over the limit closes the socket with 1009.
+func testOversized(t *testing.T, e *env) {
+	_, srv := e.startLive(e.st, func(c *Config) { c.MaxMessageBytes = 1 << 10 })
+	tok := e.token("acme", []string{"big"}, time.Hour, auth.ScopeWrite)
+	c, err := dial(t, srv, "acme", "big", "", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.expect(TypeHello)
+	big := fmt.Sprintf(`{"type":"push","requestId":"r","clientGroup":"g","mutations":[{"client":"c","id":1,"name":"item.put","args":{"collection":"c","id":"a","data":%q}}]}`,
+		strings.Repeat("x", 2000+rand.IntN(100)))
+	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(big)); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := c.closeCode(); code != CloseTooBig {
+		t.Fatalf("close code %d, want %d", code, CloseTooBig)
+	}
+}

@@ -1,0 +1,224 @@
+package live
+
+import (
+	"encoding/json"
+
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// Protocol is the version of the websocket protocol this server speaks,
+// sent in the hello message. A client that does not know it should close
+// the socket rather than guess. docs/websocket.md describes every message.
+const Protocol = 1
+
+// Message types, the "type" field of every message.
+const (
+	// Server to client.
+	TypeHello    = "hello"
+	TypeVersion  = "version"
+	TypeReset    = "reset"
+	TypeRejected = "rejected"
+	TypePushed   = "pushed"
+	TypeError    = "error"
+	TypePong     = "pong"
+	// Client to server.
+	TypePush = "push"
+	TypePing = "ping"
+)
+
+// Close codes. 1000–1015 are the RFC 6455 ones; 4000–4999 are Canon's.
+const (
+	// CloseGoingAway (1001): the server is shutting down; reconnect and
+	// resume.
+	CloseGoingAway = 1001
+	// CloseTooBig (1009): a client message was over the size limit.
+	CloseTooBig = 1009
+	// CloseServerError (1011): the server could not go on (a store error,
+	// or the store lagging the changelog for too long); reconnect and
+	// resume.
+	CloseServerError = 1011
+	// CloseBadRequest (4000): the subscription is invalid (org, project,
+	// branch or from); do not retry unchanged.
+	CloseBadRequest = 4000
+	// CloseUnauthenticated (4001): no token, or an invalid or expired one
+	// (also sent when the token expires on an open socket); get a new
+	// token.
+	CloseUnauthenticated = 4001
+	// CloseForbidden (4003): the token does not reach the org, project or
+	// read scope.
+	CloseForbidden = 4003
+	// CloseNotServed (4004): this server does not follow the project's
+	// partition; connect to one that does.
+	CloseNotServed = 4004
+	// CloseSlow (4008): the client did not read fast enough and its queue
+	// overflowed; reconnect with from= the last version received.
+	CloseSlow = 4008
+)
+
+// Error codes of error messages beyond the producer's push codes.
+const (
+	CodeMalformed       = "malformed_message"
+	CodeUnknownType     = "unknown_type"
+	CodePushDisabled    = "push_unavailable"
+	CodeWrongBranch     = "wrong_branch"
+	CodeBadRequest      = "bad_request"
+	CodeStoreBehind     = "store_behind"
+	CodeStoreError      = "store_error"
+	CodeNotServed       = "not_served"
+	CodeSlow            = "slow_consumer"
+	CodeGoingAway       = "going_away"
+	CodeTokenExpired    = "token_expired"
+	CodeForbidden       = producer.CodeForbidden
+	CodeUnauthenticated = producer.CodeUnauthenticated
+)
+
+// Reset reasons.
+const (
+	ReasonFutureVersion = "future_version"
+	ReasonUnknownBranch = "unknown_branch"
+)
+
+// HelloMessage is the first message of every subscription.
+type HelloMessage struct {
+	Type     string `json:"type"`
+	Protocol int    `json:"protocol"`
+	Org      string `json:"org"`
+	Project  string `json:"project"`
+	Branch   string `json:"branch"`
+	// From is the version asked for, absent when the client asked for
+	// live versions only.
+	From *uint64 `json:"from,omitempty"`
+	// Head is the branch's latest version in the store when the
+	// subscription started (0: no version yet).
+	Head uint64 `json:"head"`
+	// MaxMessageBytes bounds a client message; PingSeconds is how often
+	// the server pings.
+	MaxMessageBytes int64 `json:"maxMessageBytes"`
+	PingSeconds     int   `json:"pingSeconds"`
+	// Push tells whether the socket takes push messages.
+	Push bool `json:"push"`
+}
+
+// VersionMessage is one version of the subscribed branch. Its bytes are
+// the same whether it comes from the store (catch-up) or live.
+type VersionMessage struct {
+	Type      string                     `json:"type"`
+	Org       string                     `json:"org"`
+	Project   string                     `json:"project"`
+	Branch    string                     `json:"branch"`
+	Version   uint64                     `json:"version"`
+	Parent    uint64                     `json:"parent"`
+	Base      *schemas.BranchRef         `json:"base,omitempty"`
+	TS        int64                      `json:"ts"`
+	StateHash string                     `json:"stateHash"`
+	Scalars   map[string]json.RawMessage `json:"scalars"`
+	Items     []ItemMessage              `json:"items"`
+	Mutations []MutationMessage          `json:"mutations"`
+	LastIDs   map[string]uint64          `json:"lastIds"`
+}
+
+// ItemMessage is an item a version changed; the body is fetched by hash
+// from the read API.
+type ItemMessage struct {
+	Collection string          `json:"collection"`
+	ID         string          `json:"id"`
+	Op         string          `json:"op"`
+	Meta       json.RawMessage `json:"meta,omitempty"`
+	Hash       string          `json:"hash,omitempty"`
+	Size       int64           `json:"size,omitempty"`
+}
+
+// MutationMessage is the outcome of one mutation of a version.
+type MutationMessage struct {
+	ClientGroup string `json:"clientGroup"`
+	Client      string `json:"client"`
+	ID          uint64 `json:"id"`
+	Name        string `json:"name"`
+	Status      string `json:"status"`
+	Error       string `json:"error,omitempty"`
+}
+
+// ResetMessage says the subscription could not resume from From; the
+// versions that follow it start after Head.
+type ResetMessage struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+	Branch string `json:"branch"`
+	From   uint64 `json:"from"`
+	Head   uint64 `json:"head"`
+}
+
+// RejectedMessage is a mutation of the project that the sequencer
+// rejected (a gap, an unauthorized client group, an invalid record).
+type RejectedMessage struct {
+	Type        string `json:"type"`
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
+	Branch      string `json:"branch"`
+	ClientGroup string `json:"clientGroup"`
+	Client      string `json:"client"`
+	ID          uint64 `json:"id"`
+	Name        string `json:"name"`
+	ExpectedID  uint64 `json:"expectedId,omitempty"`
+	At          int64  `json:"at"`
+}
+
+// PushMessage is a client's push on the socket: the body of the HTTP push
+// plus a request id echoed in the answer.
+type PushMessage struct {
+	Type        string                  `json:"type"`
+	RequestID   string                  `json:"requestId"`
+	Branch      string                  `json:"branch,omitempty"`
+	ClientGroup string                  `json:"clientGroup"`
+	Mutations   []producer.PushMutation `json:"mutations"`
+}
+
+// PushedMessage answers a push once Kafka acknowledged its mutations.
+type PushedMessage struct {
+	Type      string             `json:"type"`
+	RequestID string             `json:"requestId"`
+	Mutations []producer.Written `json:"mutations"`
+}
+
+// ErrorMessage reports an error; RequestID names the push it answers.
+type ErrorMessage struct {
+	Type      string          `json:"type"`
+	RequestID string          `json:"requestId,omitempty"`
+	Error     *producer.Error `json:"error"`
+}
+
+// PongMessage answers a client's ping message.
+type PongMessage struct {
+	Type      string `json:"type"`
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// encodeVersion is the one encoding of a version message.
+func encodeVersion(v *schemas.Version) ([]byte, error) {
+	m := VersionMessage{Type: TypeVersion, Org: v.Org, Project: v.Project, Branch: v.Branch, Version: v.Version,
+		Parent: v.Parent, Base: v.Base, TS: v.TS, StateHash: v.StateHash, Scalars: v.Scalars,
+		Items: make([]ItemMessage, len(v.Items)), Mutations: make([]MutationMessage, len(v.Mutations)), LastIDs: v.LastIDs}
+	if m.Scalars == nil {
+		m.Scalars = map[string]json.RawMessage{}
+	}
+	if m.LastIDs == nil {
+		m.LastIDs = map[string]uint64{}
+	}
+	for i, it := range v.Items {
+		m.Items[i] = ItemMessage{Collection: it.Collection, ID: it.ID, Op: it.Op, Meta: it.Meta, Hash: it.Hash, Size: it.Size}
+	}
+	for i, o := range v.Mutations {
+		m.Mutations[i] = MutationMessage{ClientGroup: o.ClientGroup, Client: o.Client, ID: o.ID, Name: o.Name,
+			Status: o.Status, Error: o.Error}
+	}
+	return json.Marshal(m)
+}
+
+func encodeRejected(r *schemas.Rejected) ([]byte, error) {
+	m := RejectedMessage{Type: TypeRejected, Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID, At: r.At}
+	if mu := r.Mutation; mu != nil {
+		m.Branch, m.ClientGroup, m.Client, m.ID, m.Name = mu.Branch, mu.ClientGroup, mu.Client, mu.ID, mu.Name
+	}
+	return json.Marshal(m)
+}

@@ -1,0 +1,198 @@
+package readapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/store"
+)
+
+// push sends mutations of one client over the producer's HTTP endpoint.
+func (pl *pipeline) push(tok, project, branch, client string, first uint64, ms ...string) {
+	pl.t.Helper()
+	var parts []string
+	for i, m := range ms {
+		name, args, _ := strings.Cut(m, " ")
+		parts = append(parts, fmt.Sprintf(`{"client":%q,"id":%d,"name":%q,"args":%s}`, client, first+uint64(i), name, args))
+	}
+	body := fmt.Sprintf(`{"branch":%q,"clientGroup":"g-%s","mutations":[%s]}`, branch, client, strings.Join(parts, ","))
+	req, _ := http.NewRequest(http.MethodPost, pl.url+"/v1/projects/acme/"+project+"/push", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		pl.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		pl.t.Fatalf("push to %s: %d", project, resp.StatusCode)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %s after %v", what, state, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// On the real broker: a sequencer and a read replica of a subset of the
+// partitions. The replica, started halfway, restarted and fed more,
+// holds for every project of its partitions the sequencer's versions and
+// state hashes, is ready once caught up, and refuses the other
+// partitions' projects with 421.
+func TestReplicaMatchesSequencer(t *testing.T) {
+	const partitions = 4
+	pl := startPipeline(t, partitions)
+	tok := pl.token("user:w", []string{"*"}, auth.ScopeWrite)
+	served := []int32{1, 2}
+	var projects []string
+	for p := range int32(partitions) {
+		projects = append(projects, projectIn(p, 0), projectIn(p, 1))
+	}
+	want := map[string]uint64{} // project → versions of main
+	round := func(r int) {
+		for i, project := range projects {
+			client := fmt.Sprintf("c%d", i)
+			first := uint64(3*r + 1)
+			ms := []string{
+				fmt.Sprintf(`item.put {"collection":"notes","id":"n%d","data":{"round":%d}}`, r, r),
+				fmt.Sprintf(`item.patch {"collection":"notes","id":"n%d","data":{"by":%q}}`, r, client),
+				`project.set {"name":"` + project + `"}`,
+			}
+			if r > 0 {
+				ms[2] = fmt.Sprintf(`item.delete {"collection":"notes","id":"n%d"}`, r-1)
+			}
+			pl.push(tok, project, "main", client, first, ms...)
+			want[project] += 3
+		}
+	}
+	seqCaughtUp := func() {
+		waitFor(t, "the sequencer", 2*time.Minute, func() (bool, string) {
+			for _, project := range projects {
+				h, err := pl.st.Head("acme", project, "main")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if h.Version != want[project] {
+					return false, fmt.Sprintf("%s at version %d of %d", project, h.Version, want[project])
+				}
+			}
+			return true, ""
+		})
+	}
+
+	round(0)
+	seqCaughtUp()
+	rst, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions, CacheSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rst.Close()
+	start := func() (*Replica, func()) {
+		kcfg := pl.kcfg
+		kcfg.ClientID = "replica-test"
+		rep, err := NewReplica(ReplicaConfig{Kafka: kcfg, Topics: pl.names, Store: rst, Partitions: served})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rep.Run(ctx) }()
+		return rep, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("replica: %v", err)
+			}
+		}
+	}
+	check := func(rep *Replica) {
+		t.Helper()
+		waitFor(t, "replica readiness", time.Minute, func() (bool, string) {
+			err := rep.Ready(context.Background())
+			return err == nil, fmt.Sprint(err)
+		})
+		for _, project := range projects {
+			p := rst.PartitionOf("acme", project)
+			if p != 1 && p != 2 {
+				if h, _ := rst.Head("acme", project, "main"); h.Version != 0 {
+					t.Fatalf("the replica holds %s of partition %d", project, p)
+				}
+				continue
+			}
+			waitFor(t, "replica of "+project, time.Minute, func() (bool, string) {
+				h, err := rst.Head("acme", project, "main")
+				return err == nil && h.Version == want[project], fmt.Sprintf("version %d of %d (%v)", h.Version, want[project], err)
+			})
+			vs, err := pl.st.Versions("acme", project, "main", 1, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rvs, err := rst.Versions("acme", project, "main", 1, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(vs, rvs) {
+				t.Fatalf("%s: the replica's versions differ from the sequencer's", project)
+			}
+			for v := uint64(1); v <= want[project]; v++ {
+				a, err1 := pl.st.StateAt("acme", project, "main", v, true)
+				b, err2 := rst.StateAt("acme", project, "main", v, true)
+				if err1 != nil || err2 != nil || a.StateHash != b.StateHash || !reflect.DeepEqual(a, b) {
+					t.Fatalf("%s at %d: sequencer %s, replica %s (%v, %v)", project, v, a.StateHash, b.StateHash, err1, err2)
+				}
+			}
+		}
+	}
+
+	rep, stop := start()
+	round(1) // while the replica catches up
+	seqCaughtUp()
+	check(rep)
+	stop()
+	round(2) // while it is down: it resumes from its stored offsets
+	seqCaughtUp()
+	rep, stop = start()
+	defer stop()
+	check(rep)
+
+	// Reads from the replica's store; other partitions' projects are 421.
+	srv, err := New(Config{Store: rst, Keys: pl.keys.VerifyOnly(), Partitions: served})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	srv.Mount(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	api := newAPIClient(t, hs.URL)
+	for _, project := range projects {
+		r := api.get("/v1/projects/acme/"+project, tok)
+		p := rst.PartitionOf("acme", project)
+		if p == 1 || p == 2 {
+			var st StateResponse
+			r.json(t, &st)
+			if r.status != 200 || st.Version != want[project] {
+				t.Fatalf("%s from the replica: %d %s", project, r.status, r.body)
+			}
+		} else if r.status != http.StatusMisdirectedRequest || !strings.Contains(string(r.body), fmt.Sprintf("partition %d ", p)) {
+			t.Fatalf("%s of partition %d from the replica: %d %s", project, p, r.status, r.body)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package readapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/sequencer"
+	"github.com/canon-sync/canon/store"
+)
+
+// pipeline is Canon's write and read path in one process over the real
+// broker: producer, sequencer and read API on one HTTP server.
+type pipeline struct {
+	env
+	names kafka.TopicNames
+	kcfg  kafka.ClientConfig
+	url   string
+}
+
+func startPipeline(t *testing.T, partitions int32) *pipeline {
+	t.Helper()
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
+		Names: kafka.DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: partitions, ReplicationFactor: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcfg := kafka.ClientConfig{Brokers: k.Brokers}
+
+	st, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions, CacheSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := sequencer.New(sequencer.Config{Kafka: kcfg, Topics: info.Names, Store: st, Group: "readapi-" + k.Topic(t, "g")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(sctx) }()
+	t.Cleanup(func() {
+		scancel()
+		if err := <-done; err != nil {
+			t.Errorf("sequencer: %v", err)
+		}
+		_ = st.Close()
+	})
+
+	keys := auth.NewKeyset()
+	if err := keys.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(producer.Config{Kafka: kcfg, Topics: info.Names, Keys: keys.VerifyOnly()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	srv, err := New(Config{Store: st, Keys: keys.VerifyOnly()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	p.Mount(mux)
+	srv.Mount(mux)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return &pipeline{
+		env:   env{t: t, st: st, keys: keys, srv: srv, api: newAPIClient(t, hs.URL), off: map[int32]int64{}},
+		names: info.Names, kcfg: kcfg, url: hs.URL,
+	}
+}
+
+// nodeProject prepares readapi/testdata/replicache: node and npm must be
+// there (in CI their absence fails the test), and npm ci installs the
+// locked packages when node_modules is missing.
+func nodeProject(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if testenv.InCI() {
+				t.Fatalf("%s is not installed: the Replicache test needs Node 20+ with npm", tool)
+			}
+			t.Skipf("%s is not installed: the Replicache test needs Node 20+ with npm", tool)
+		}
+	}
+	dir, err := filepath.Abs(filepath.Join("testdata", "replicache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "replicache")); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return dir
+}
+
+// Two stock Replicache clients (the replicache npm package, in Node) edit
+// one project through Canon: push to the producer, pull from the read API.
+// Both end with no pending mutation and exactly Canon's state.
+func TestReplicacheClientsConverge(t *testing.T) {
+	dir := nodeProject(t)
+	pl := startPipeline(t, 3)
+	tokA := pl.token("user:ann", []string{"doc"}, auth.ScopeWrite)
+	tokB := pl.token("user:bob", []string{"doc"}, auth.ScopeWrite)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "sync.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CANON_URL="+pl.url, "CANON_PROJECT=acme/doc", "CANON_TOKEN_A="+tokA, "CANON_TOKEN_B="+tokB)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node sync.mjs: %v\nstdout: %s\nstderr: %s", err, stdout.Bytes(), stderr.Bytes())
+	}
+	var out struct {
+		A, B               map[string]any
+		PendingA, PendingB int
+		ClientA, ClientB   string
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("node's output %q: %v (stderr: %s)", stdout.Bytes(), err, stderr.Bytes())
+	}
+
+	// Canon's state, as Replicache keys.
+	r := pl.api.get("/v1/projects/acme/doc?items=full", tokA)
+	var st StateResponse
+	r.json(t, &st)
+	want := map[string]any{}
+	for name, v := range st.Scalars {
+		want[ScalarKeyPrefix+name] = decodeAny(t, v)
+	}
+	for coll, items := range st.Collections {
+		for _, it := range items {
+			want[ItemKey(coll, it.ID)] = decodeAny(t, it.Data)
+		}
+	}
+	if out.PendingA != 0 || out.PendingB != 0 || !reflect.DeepEqual(out.A, want) || !reflect.DeepEqual(out.B, want) {
+		t.Fatalf("Replicache views\n a %v\n b %v\nCanon at version %d\n   %v", out.A, out.B, st.Version, want)
+	}
+	// What the edits must have made: both patches of the shared note
+	// kept, the deleted item gone.
+	shared, _ := want["notes/shared"].(map[string]any)
+	if shared["a"] != 1.0 || shared["b"] != 2.0 || want["notes/gone"] != nil || want["_scalar/name"] != "Canon + Replicache" {
+		t.Fatalf("Canon's state %v", want)
+	}
+	// Every mutation was decided and applied: a made 5, b 4.
+	for client, n := range map[string]uint64{out.ClientA: 5, out.ClientB: 4} {
+		var cl ClientResponse
+		pl.api.get("/v1/projects/acme/doc/clients/"+client, tokA).json(t, &cl)
+		if cl.LastMutationID != n {
+			t.Errorf("client %s: last id %d, want %d", client, cl.LastMutationID, n)
+		}
+		for id := uint64(1); id <= n; id++ {
+			var m MutationResponse
+			pl.api.get(fmt.Sprintf("/v1/projects/acme/doc/clients/%s/mutations/%d", client, id), tokA).json(t, &m)
+			if !m.Applied {
+				t.Errorf("client %s mutation %d: %+v", client, id, m)
+			}
+		}
+	}
+}
+
+func decodeAny(t *testing.T, raw json.RawMessage) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
