@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -259,7 +260,7 @@ func (c *client) closeCode() (int, []msg) {
 			got = append(got, m)
 			continue
 		}
-		if ce, ok := err.(*websocket.CloseError); ok {
+		if ce := (*websocket.CloseError)(nil); errors.As(err, &ce) {
 			return ce.Code, got
 		}
 		c.t.Fatalf("read until close: %v (after %d messages)", err, len(got))

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -239,7 +240,7 @@ func collect(t *testing.T, srv *httptest.Server, h http.Header, org, project str
 		c.expect(TypeHello)
 		for from+uint64(len(vs)) < total {
 			m, err := c.next(time.Minute)
-			if ce, ok := err.(*websocket.CloseError); ok && ce.Code == CloseSlow {
+			if ce := (*websocket.CloseError)(nil); errors.As(err, &ce) && ce.Code == CloseSlow {
 				break
 			}
 			if err != nil {

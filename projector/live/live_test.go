@@ -67,7 +67,7 @@ func testConcurrentPushes(t *testing.T, e *env) {
 			}
 			hello, err := c.next(time.Minute)
 			if err != nil || hello.Type != TypeHello {
-				errs <- fmt.Errorf("hello: %s %v", hello.raw, err)
+				errs <- fmt.Errorf("hello: %s %w", hello.raw, err)
 				return
 			}
 			start := hello.Head
@@ -94,7 +94,7 @@ func testConcurrentPushes(t *testing.T, e *env) {
 						return
 					}
 					if m, err := c.next(time.Minute); err != nil || m.Type != TypeHello {
-						errs <- fmt.Errorf("hello on resume: %s %v", m.raw, err)
+						errs <- fmt.Errorf("hello on resume: %s %w", m.raw, err)
 						return
 					}
 				}
