@@ -215,7 +215,7 @@ func New(cfg Config) (*Projector, error) {
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
 	)
 	if cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(cfg.SessionTimeout/3))
 	}
 	if p.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("projector: kafka client: %w", err)
