@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/changelog"
@@ -293,4 +296,32 @@ func formatValue(dbType string, v any) string {
 	default:
 		return fmt.Sprint(x)
 	}
+}
+
+func newClickHouse(t testing.TB) *testenv.ClickHouse { return testenv.NewClickHouse(t) }
+
+// lagZero reports whether the projector group has committed every
+// partition of the versions topic up to its end.
+func lagZero(t testing.TB, ctx context.Context, f *fixture) bool {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lag, err := GroupLag(ctx, kadm.NewClient(cl), f.prefix+DefaultGroup, f.info.Names.Versions)
+	if err != nil {
+		return false
+	}
+	for _, l := range lag {
+		if l != 0 {
+			return false
+		}
+	}
+	return len(lag) == int(f.info.Partitions)
+}
+
+func testutilValue(t testing.TB, c prometheus.Collector) float64 {
+	t.Helper()
+	return testutil.ToFloat64(c)
 }
