@@ -140,10 +140,30 @@ type Projector struct {
 	parts   map[int32]*partState
 	rejects []*kgo.Record
 	// branches caches the scalars of the last version projected per
-	// branch; batchScalars those of every version of the batch not yet
-	// inserted (what a later version of the batch may diff against).
+	// branch; batchScalars those of every version of the batch, and
+	// inflight's of the batch being inserted (what a later version may
+	// diff against before ClickHouse has them).
 	branches     map[branchKey]cachedScalars
 	batchScalars map[versionKey]scalarSet
+	// inflight is the batch being inserted while the next one is read;
+	// insertCtx bounds its retries.
+	inflight  *inflightBatch
+	insertCtx context.Context
+	// failed is the error of a failed insert: after it nothing is
+	// committed any more, so that the batch is read again at the next
+	// start.
+	failed error
+}
+
+// inflightBatch is a batch handed to an insert goroutine, and the offsets
+// to commit once ClickHouse has it.
+type inflightBatch struct {
+	// done is closed when the insert finished, with err set.
+	done    chan struct{}
+	err     error
+	offsets map[int32]kgo.EpochOffset
+	scalars map[versionKey]scalarSet
+	started time.Time
 }
 
 // partState is the position of one owned partition.
@@ -191,6 +211,7 @@ func New(cfg Config) (*Projector, error) {
 		parts:        map[int32]*partState{},
 		branches:     map[branchKey]cachedScalars{},
 		batchScalars: map[versionKey]scalarSet{},
+		insertCtx:    context.Background(),
 	}
 	opts, err := cfg.Kafka.Opts()
 	if err != nil {
@@ -256,6 +277,13 @@ func (p *Projector) Run(ctx context.Context) error {
 		return err
 	}
 	p.ready.Store(true)
+	// Inserts outlive ctx by up to insertGrace, so that what was read is
+	// inserted and committed at shutdown.
+	ictx, icancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer icancel()
+	p.mu.Lock()
+	p.insertCtx = ictx
+	p.mu.Unlock()
 	lagDone := make(chan struct{})
 	lctx, lcancel := context.WithCancel(ctx)
 	go func() { defer close(lagDone); p.lagLoop(lctx) }()
@@ -277,10 +305,12 @@ func (p *Projector) Run(ctx context.Context) error {
 		p.cl.AllowRebalance()
 		if ctx.Err() != nil {
 			// Insert and commit what was read, with a fresh deadline.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertGrace)
+			stop := context.AfterFunc(fctx, icancel)
 			p.mu.Lock()
 			ferr := p.flush(fctx)
 			p.mu.Unlock()
+			stop()
 			cancel()
 			if ferr != nil {
 				p.cfg.Log.Warn("projector: last batch not committed; it is projected again at the next start", "err", ferr)
@@ -292,6 +322,10 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// insertGrace bounds the insert and commit of the last batches at
+// shutdown and before partitions move.
+const insertGrace = 30 * time.Second
 
 // connect opens ClickHouse and applies the migrations, retrying while
 // ClickHouse does not answer.
@@ -323,6 +357,19 @@ func (p *Projector) pollOnce(ctx context.Context) error {
 		pctx, cancel = context.WithDeadline(ctx, p.batchStart.Add(p.cfg.BatchInterval))
 		defer cancel()
 	}
+	if f := p.inflight; f != nil {
+		// Wake up when the batch in flight is inserted, to commit it.
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithCancel(pctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-f.done:
+				cancel()
+			case <-pctx.Done():
+			}
+		}()
+	}
 	p.mu.Unlock()
 	fs := p.cl.PollRecords(pctx, p.cfg.BatchRows)
 	if fs.IsClientClosed() {
@@ -347,8 +394,17 @@ func (p *Projector) pollOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if f := p.inflight; f != nil {
+		select {
+		case <-f.done:
+			if err := p.settle(ctx); err != nil {
+				return err
+			}
+		default:
+		}
+	}
 	if p.dirty > 0 && (p.batch.len() >= p.cfg.BatchRows || time.Since(p.batchStart) >= p.cfg.BatchInterval) {
-		return p.flush(ctx)
+		return p.handoff(ctx)
 	}
 	return nil
 }
@@ -477,6 +533,11 @@ func (p *Projector) previousScalars(ctx context.Context, v *schemas.Version) (sc
 	if s, ok := p.batchScalars[want]; ok {
 		return s, nil
 	}
+	if p.inflight != nil {
+		if s, ok := p.inflight.scalars[want]; ok {
+			return s, nil
+		}
+	}
 	var (
 		s     scalarSet
 		found bool
@@ -516,62 +577,117 @@ func (p *Projector) reject(r *kgo.Record, schema string, cause error) {
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaRejectedV1)}}})
 }
 
-// flush inserts the batch, produces its rejected records and commits the
-// owned partitions' offsets; p.mu is held.
+// flush inserts and commits everything read: the batch in flight and
+// the current one; p.mu is held.
 func (p *Projector) flush(ctx context.Context) error {
+	if err := p.handoff(ctx); err != nil {
+		return err
+	}
+	return p.settle(ctx)
+}
+
+// handoff waits for the batch in flight, then hands the current batch to
+// an insert goroutine together with the offsets to commit after it, so
+// that the next batch is read while this one is inserted; p.mu is held.
+func (p *Projector) handoff(ctx context.Context) error {
 	if p.dirty == 0 {
-		return nil
+		return p.failed
 	}
-	t0 := time.Now()
-	if p.batch.len() > 0 {
-		if err := retry(ctx, p.cfg.Log, p.m.retries, "insert into ClickHouse", func() error {
-			return p.w.insertAll(ctx, &p.batch)
-		}); err != nil {
-			return err
-		}
-		p.inserted.Add(int64(p.batch.len()))
-		p.m.rows.WithLabelValues(versionsTable.name).Add(float64(len(p.batch.versions.org)))
-		p.m.rows.WithLabelValues(mutationsTable.name).Add(float64(len(p.batch.mutations.org)))
-		p.m.rows.WithLabelValues(itemsTable.name).Add(float64(len(p.batch.items.org)))
-		p.m.rows.WithLabelValues(scalarsTable.name).Add(float64(len(p.batch.scalars.org)))
+	if err := p.settle(ctx); err != nil {
+		return err
 	}
-	if len(p.rejects) > 0 {
-		if err := retry(ctx, p.cfg.Log, p.m.retries, "produce rejected records", func() error {
-			return p.cl.ProduceSync(ctx, p.rejects...).FirstErr()
-		}); err != nil {
-			return err
-		}
-		p.m.rejected.Add(float64(len(p.rejects)))
-	}
-	p.batch.reset()
-	p.rejects = nil
-	clear(p.batchScalars)
-	p.dirty = 0
-	p.commit(ctx, p.parts)
-	p.m.batches.Inc()
-	p.m.flushSec.Observe(time.Since(t0).Seconds())
+	b, rejects := p.batch, p.rejects
+	f := &inflightBatch{done: make(chan struct{}), offsets: p.positions(), scalars: p.batchScalars, started: time.Now()}
+	p.batch, p.rejects, p.batchScalars, p.dirty = rows{}, nil, map[versionKey]scalarSet{}, 0
+	p.inflight = f
+	ictx := p.insertCtx
+	go func() {
+		f.err = p.insert(ictx, &b, rejects)
+		close(f.done)
+	}()
 	return nil
 }
 
-// commit commits the positions of parts: after the last record read, or
-// at the first chunk whose version was not read yet. A failed commit is
-// logged: the rows are in ClickHouse, and what is read again collapses.
-func (p *Projector) commit(ctx context.Context, parts map[int32]*partState) {
-	offsets := map[int32]kgo.EpochOffset{}
-	for part, ps := range parts {
+// settle waits for the batch in flight and commits its offsets; p.mu is
+// held. After a failed insert nothing is committed any more, and the
+// error ends the projector: what was read since is read again at the
+// next start.
+func (p *Projector) settle(ctx context.Context) error {
+	if p.failed != nil {
+		return p.failed
+	}
+	f := p.inflight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	p.inflight = nil
+	if f.err != nil {
+		p.failed = f.err
+		return f.err
+	}
+	p.commit(ctx, f.offsets)
+	p.m.batches.Inc()
+	p.m.flushSec.Observe(time.Since(f.started).Seconds())
+	return nil
+}
+
+// insert writes a batch to ClickHouse and its rejected records to Kafka,
+// retrying until ctx ends.
+func (p *Projector) insert(ctx context.Context, b *rows, rejects []*kgo.Record) error {
+	if b.len() > 0 {
+		if err := retry(ctx, p.cfg.Log, p.m.retries, "insert into ClickHouse", func() error {
+			return p.w.insertAll(ctx, b)
+		}); err != nil {
+			return err
+		}
+		p.inserted.Add(int64(b.len()))
+		p.m.rows.WithLabelValues(versionsTable.name).Add(float64(len(b.versions.org)))
+		p.m.rows.WithLabelValues(mutationsTable.name).Add(float64(len(b.mutations.org)))
+		p.m.rows.WithLabelValues(itemsTable.name).Add(float64(len(b.items.org)))
+		p.m.rows.WithLabelValues(scalarsTable.name).Add(float64(len(b.scalars.org)))
+	}
+	if len(rejects) > 0 {
+		if err := retry(ctx, p.cfg.Log, p.m.retries, "produce rejected records", func() error {
+			return p.cl.ProduceSync(ctx, rejects...).FirstErr()
+		}); err != nil {
+			return err
+		}
+		p.m.rejected.Add(float64(len(rejects)))
+	}
+	return nil
+}
+
+// positions are the offsets to commit for the owned partitions: after the
+// last record read, or at the first chunk whose version was not read yet.
+func (p *Projector) positions() map[int32]kgo.EpochOffset {
+	out := map[int32]kgo.EpochOffset{}
+	for part, ps := range p.parts {
 		at := ps.next
 		if ps.firstChunk >= 0 {
 			at = ps.firstChunk
 		}
 		if at > ps.committed {
-			offsets[part] = kgo.EpochOffset{Epoch: ps.epoch, Offset: at}
+			out[part] = kgo.EpochOffset{Epoch: ps.epoch, Offset: at}
 		}
 	}
-	if len(offsets) == 0 {
+	return out
+}
+
+// commit commits offsets of the partitions still owned. A failed commit
+// is logged: the rows are in ClickHouse, and what is read again
+// collapses.
+func (p *Projector) commit(ctx context.Context, offsets map[int32]kgo.EpochOffset) {
+	owned := map[int32]kgo.EpochOffset{}
+	for part, o := range offsets {
+		if ps := p.parts[part]; ps != nil && o.Offset > ps.committed {
+			owned[part] = o
+		}
+	}
+	if len(owned) == 0 {
 		return
 	}
-	topic := p.cfg.Topics.Versions
-	p.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{topic: offsets},
+	p.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{p.cfg.Topics.Versions: owned},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 			if err != nil {
 				p.cfg.Log.Warn("projector: commit offsets", "err", err)
@@ -579,12 +695,12 @@ func (p *Projector) commit(ctx context.Context, parts map[int32]*partState) {
 			}
 			for _, t := range resp.Topics {
 				for _, pr := range t.Partitions {
-					if kerr := kerr.ErrorForCode(pr.ErrorCode); kerr != nil {
-						p.cfg.Log.Warn("projector: commit offset", "partition", pr.Partition, "err", kerr)
+					if cerr := kerr.ErrorForCode(pr.ErrorCode); cerr != nil {
+						p.cfg.Log.Warn("projector: commit offset", "partition", pr.Partition, "err", cerr)
 						continue
 					}
-					if ps := parts[pr.Partition]; ps != nil {
-						ps.committed = offsets[pr.Partition].Offset
+					if ps := p.parts[pr.Partition]; ps != nil {
+						ps.committed = owned[pr.Partition].Offset
 					}
 				}
 			}
@@ -604,7 +720,7 @@ func (p *Projector) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	p.cfg.Log.Info("projector: partitions revoked", "partitions", parts)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertGrace)
 	defer cancel()
 	if err := p.flush(fctx); err != nil {
 		p.cfg.Log.Warn("projector: batch of revoked partitions not committed; their new owner projects it again", "err", err)
