@@ -48,6 +48,7 @@ the next start reuses the same data.`,
 		},
 	}
 	f.kafka.register(cmd, "Kafka brokers (host:port, comma separated); empty runs the embedded broker")
+	registerClickHouseFlags(cmd)
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")

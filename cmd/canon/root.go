@@ -39,7 +39,8 @@ the command line wins over the environment.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newDevCmd(g), newServeCmd(g), newTopicsCmd(g), newTokenCmd(), newHealthCmd(), newVersionCmd())
+	root.AddCommand(newDevCmd(g), newServeCmd(g), newTopicsCmd(g), newTokenCmd(), newHealthCmd(), newVersionCmd(),
+		newMigrateCmd(), newProjectorCmd(g))
 	return root
 }
 

@@ -87,6 +87,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 		},
 	}
 	f.kafka.register(cmd, "Kafka brokers, host:port, comma separated (required)")
+	registerClickHouseFlags(cmd)
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
 	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer role)")

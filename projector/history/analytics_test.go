@@ -1,0 +1,284 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canon-sync/canon/schemas"
+)
+
+var (
+	day1 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	day2 = time.Date(2026, 3, 3, 10, 0, 0, 0, time.UTC)
+)
+
+// bigBody is a deterministic text of about 100 KB: an item body of many
+// chunks, of which a one-character edit changes few.
+func bigBody() string {
+	var b strings.Builder
+	for i := 0; b.Len() < 100_000; i++ {
+		fmt.Fprintf(&b, "line %d of the roadmap document, with some words to chunk. ", i*7919%100_003)
+	}
+	return b.String()
+}
+
+// scenario is the history the analytics examples of docs/analytics.md
+// are written against: two projects, three clients, two days, a branch.
+func scenario(t testing.TB) []mut {
+	delay := map[string]time.Duration{"alice": 200 * time.Millisecond, "bob": time.Second, "carol": 3 * time.Second}
+	ids := map[string]uint64{}
+	m := func(project, branch, client, name string, args any, at time.Time) mut {
+		key := project + "/" + branch + "/" + client
+		ids[key]++
+		return mut{at: at, Mutation: schemas.Mutation{
+			Org: "acme", Project: project, Branch: branch, ClientGroup: "g-" + client, Client: client,
+			ID: ids[key], Name: name, Args: mustJSON(t, args),
+			TS: at.Add(-delay[client]).UnixMilli(), Principal: "user:" + client, ReceivedAt: at.Add(-10 * time.Millisecond).UnixMilli(),
+		}}
+	}
+	min := func(d time.Time, n int) time.Time { return d.Add(time.Duration(n) * time.Minute) }
+	type obj = map[string]any
+	return []mut{
+		m("roadmap", "main", "alice", "project.set", obj{"name": "Roadmap"}, min(day1, 0)),
+		m("roadmap", "main", "alice", "item.put", obj{"collection": "tasks", "id": "t1", "meta": obj{"owner": "alice"}, "data": obj{"title": "Ship", "done": false}}, min(day1, 1)),
+		m("roadmap", "main", "bob", "item.patch", obj{"collection": "tasks", "id": "t1", "data": obj{"done": true}}, min(day1, 2)),
+		m("roadmap", "main", "bob", "item.patch", obj{"collection": "tasks", "id": "t2", "data": obj{"done": true}}, min(day1, 3)),
+		m("roadmap", "main", "alice", "item.put", obj{"collection": "docs", "id": "d1", "data": obj{"body": bigBody()}}, min(day1, 4)),
+		m("roadmap", "main", "bob", "item.splice", obj{"collection": "docs", "id": "d1", "path": "/body", "index": 10, "insert": "X"}, min(day1, 5)),
+		m("roadmap", "main", "alice", "project.set", obj{"description": "Q3 plan"}, min(day2, 0)),
+		m("roadmap", "main", "bob", "item.delete", obj{"collection": "tasks", "id": "t1"}, min(day2, 1)),
+		m("roadmap", "main", "alice", "project.set", obj{"name": nil}, min(day2, 2)),
+		m("roadmap", "main", "alice", "item.put", obj{"collection": "tasks", "id": "t3", "data": obj{"title": "Plan"}}, min(day2, 3)),
+		m("roadmap", "exp", "carol", "branch.create", obj{"from": "main", "version": 6}, min(day2, 60)),
+		m("roadmap", "exp", "carol", "project.set", obj{"name": "Experiment"}, min(day2, 61)),
+		m("wiki", "main", "bob", "item.put", obj{"collection": "pages", "id": "p1", "data": obj{"text": "hello"}}, day1.Add(3*time.Hour)),
+		m("wiki", "main", "bob", "item.patch", obj{"collection": "pages", "id": "p1", "data": obj{"text": "hello world"}}, day1.Add(3*time.Hour+time.Minute)),
+		m("wiki", "main", "bob", "foo.bar", obj{}, day1.Add(3*time.Hour+2*time.Minute)),
+	}
+}
+
+// docQueries reads the example queries of docs/analytics.md: each SQL
+// block after a <!-- query: name --> marker.
+func docQueries(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/analytics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("(?s)<!-- query: ([a-z_]+) -->\\s*```sql\\n(.*?)```")
+	out := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		if _, dup := out[m[1]]; dup {
+			t.Fatalf("docs/analytics.md: two queries named %s", m[1])
+		}
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// storage is what the storage query must answer, computed from the
+// changelog on its own: per project, the puts, their body sizes, and the
+// bytes of the chunks each put was the first to use (bodies before args,
+// in changelog order).
+func storage(c changelogContent, sizes map[string]int64) map[string][3]int64 {
+	seen := map[string]bool{}
+	out := map[string][3]int64{}
+	for _, v := range c.versions {
+		p := v.Org + "/" + v.Project
+		s := out[p]
+		for _, it := range v.Items {
+			if it.Op != schemas.OpPut {
+				continue
+			}
+			s[0]++
+			s[1] += it.Size
+			for _, h := range it.Chunks {
+				if !seen[p+h] {
+					seen[p+h] = true
+					s[2] += sizes[p+h]
+				}
+			}
+		}
+		for _, o := range v.Mutations {
+			if o.ArgsRef != nil {
+				for _, h := range o.ArgsRef.Chunks {
+					seen[p+h] = true
+				}
+			}
+		}
+		out[p] = s
+	}
+	return out
+}
+
+// The example queries of docs/analytics.md, run against the tables the
+// projector filled from genuine version records, give the asserted
+// answers; then a backfill inserts every row a second time and the
+// answers stay the same (the FINAL form and the view deduplicate).
+func TestAnalyticsQueries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx, 3)
+	ms := scenario(t)
+	f.produce(t, ctx, ms)
+	f.runSequencer(t, ctx)
+	content := f.readVersions(t, ctx, len(ms))
+
+	runProjector(t, ctx, f.projectorConfig(t))
+	waitCount(t, ctx, f, "SELECT count() FROM "+f.db+".versions FINAL", uint64(len(ms)))
+	waitCount(t, ctx, f, "SELECT count() FROM "+f.db+".mutations FINAL", uint64(len(ms)))
+
+	var d1Hash string
+	for _, v := range content.versions {
+		if v.Project == "roadmap" && v.Branch == "main" && v.Version == 6 {
+			d1Hash = v.Items[0].Hash
+		}
+	}
+	var t1Hash string
+	for _, v := range content.versions {
+		if v.Project == "roadmap" && v.Branch == "main" && v.Version == 3 {
+			t1Hash = v.Items[0].Hash
+		}
+	}
+	st := storage(content, content.sizes)
+	storageRow := func(project string) []string {
+		s := st["acme/"+project]
+		return []string{"acme", project, fmt.Sprint(s[0]), fmt.Sprint(s[1]), fmt.Sprint(s[2]), fmt.Sprint(s[1] - s[2])}
+	}
+	want := map[string][][]string{
+		"item_history": {
+			{"2", "put", `{"owner":"alice"}`, "2026-03-02 09:01:00"},
+			{"3", "put", `{"owner":"alice"}`, "2026-03-02 09:02:00"},
+			{"8", "delete", "", "2026-03-03 10:01:00"},
+		},
+		"items_as_of_version": {
+			{"docs", "d1", "put", "6", d1Hash},
+			{"tasks", "t1", "put", "3", t1Hash},
+		},
+		"items_as_of_time": {
+			{"docs", "d1", "put", "6"},
+			{"tasks", "t3", "put", "10"},
+		},
+		"who_edited_what": {
+			{"alice", "docs", "d1", "1"},
+			{"alice", "tasks", "t1", "1"},
+			{"alice", "tasks", "t3", "1"},
+			{"bob", "docs", "d1", "1"},
+			{"bob", "pages", "p1", "2"},
+			{"bob", "tasks", "t1", "2"},
+		},
+		"error_rate_by_mutator": {
+			{"branch.create", "1", "0", "0"},
+			{"foo.bar", "1", "1", "1"},
+			{"item.delete", "1", "0", "0"},
+			{"item.patch", "3", "1", "0.33"},
+			{"item.put", "4", "0", "0"},
+			{"item.splice", "1", "0", "0"},
+			{"project.set", "4", "0", "0"},
+		},
+		"busiest_projects": {
+			{"acme", "roadmap", "12", "12", "3"},
+			{"acme", "wiki", "3", "3", "1"},
+		},
+		"storage_saved_by_chunking": {storageRow("roadmap"), storageRow("wiki")},
+		"client_to_applied": {
+			{"alice", "6", "200", "200"},
+			{"bob", "7", "1000", "1000"},
+			{"carol", "2", "3000", "3000"},
+		},
+		"versions_per_day": {
+			{"2026-03-02", "9", "2"},
+			{"2026-03-03", "6", "1"},
+		},
+		"client_activity_daily": {
+			{"2026-03-02", "roadmap", "alice", "3", "3", "0", "3"},
+			{"2026-03-02", "roadmap", "bob", "3", "2", "1", "3"},
+			{"2026-03-02", "wiki", "bob", "3", "2", "1", "3"},
+			{"2026-03-03", "roadmap", "alice", "3", "3", "0", "3"},
+			{"2026-03-03", "roadmap", "bob", "1", "1", "0", "1"},
+			{"2026-03-03", "roadmap", "carol", "2", "2", "0", "2"},
+		},
+		"scalar_history": {
+			{"exp", "2", "name", "set", `"Experiment"`, `"Roadmap"`},
+			{"main", "1", "name", "set", `"Roadmap"`, ""},
+			{"main", "7", "description", "set", `"Q3 plan"`, ""},
+			{"main", "9", "name", "delete", "", `"Roadmap"`},
+		},
+	}
+	// The storage example must show chunking at work: the splice of the
+	// 100 KB body stored a few KB, not 100 KB again.
+	if s := st["acme/roadmap"]; s[1]-s[2] < 90_000 {
+		t.Fatalf("roadmap puts wrote %d bytes and stored %d: chunking saved too little for the example", s[1], s[2])
+	}
+
+	queries := docQueries(t)
+	if len(queries) < 8 {
+		t.Fatalf("docs/analytics.md has %d example queries, want at least 8", len(queries))
+	}
+	check := func(round string) {
+		t.Helper()
+		for name, q := range queries {
+			w, ok := want[name]
+			if !ok {
+				t.Errorf("query %s of docs/analytics.md has no expected answer in this test", name)
+				continue
+			}
+			got := queryStrings(t, ctx, f, sqlFor(f.db, q))
+			if !slices.EqualFunc(got, w, slices.Equal) {
+				t.Errorf("%s: query %s answered\n%v\nwant\n%v", round, name, got, w)
+			}
+		}
+		for name := range want {
+			if _, ok := queries[name]; !ok {
+				t.Errorf("expected answer for %s, but docs/analytics.md has no such query", name)
+			}
+		}
+	}
+	check("after the projector")
+
+	// A backfill with its own group inserts every row again.
+	before := rowCount(t, ctx, f, "mutations")
+	cfg := f.projectorConfig(t)
+	cfg.Group = f.prefix + "backfill"
+	var reports int
+	pr, err := Backfill(ctx, cfg, 50*time.Millisecond, func(Progress) { reports++ })
+	if err != nil {
+		t.Fatalf("backfill: %v", err)
+	}
+	if pr.Done != pr.Total || pr.Total == 0 || pr.Rows == 0 {
+		t.Fatalf("backfill ended at %+v", pr)
+	}
+	if after := rowCount(t, ctx, f, "mutations"); after < before+uint64(len(ms)) && !mergedAway(t, ctx, f) {
+		t.Fatalf("mutations holds %d rows before the backfill and %d after: the backfill inserted nothing", before, after)
+	}
+	check("after a backfill inserted every row again")
+}
+
+// rowCount counts a table's rows without FINAL: duplicates included
+// until merged.
+func rowCount(t testing.TB, ctx context.Context, f *fixture, table string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := f.ch.Conn(t, f.db).QueryRow(ctx, "SELECT count() FROM "+f.db+"."+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// mergedAway reports whether ClickHouse already merged the parts of the
+// mutations table into one (then duplicates are gone without FINAL).
+func mergedAway(t testing.TB, ctx context.Context, f *fixture) bool {
+	t.Helper()
+	var parts uint64
+	if err := f.ch.Conn(t, f.db).QueryRow(ctx, "SELECT count() FROM system.parts WHERE database = ? AND table = 'mutations' AND active",
+		f.db).Scan(&parts); err != nil {
+		t.Fatal(err)
+	}
+	return parts <= 1
+}

@@ -1,0 +1,166 @@
+package history
+
+// The ClickHouse side of the projector: connections, the batched inserts
+// and the one lookup the projector needs (a version's scalars). Every
+// insert goes through PrepareBatch with an explicit column list, the only
+// form ClickHouse 18.16 answers over the native protocol.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"golang.org/x/sync/errgroup"
+)
+
+// DefaultDatabase is the database of the history tables.
+const DefaultDatabase = "canon"
+
+// ClickHouseConfig says where the history tables are.
+type ClickHouseConfig struct {
+	// Addr are host:port addresses of the native protocol (port 9000 by
+	// default on a ClickHouse server), not the HTTP port.
+	Addr []string
+	// Database holds the tables (default "canon"); Migrate creates it.
+	Database string
+	// Username and Password authenticate ("default" and no password when
+	// empty).
+	Username, Password string
+	// DialTimeout bounds connecting (default 10s); ReadTimeout bounds one
+	// statement (default 2 minutes).
+	DialTimeout, ReadTimeout time.Duration
+}
+
+func (c *ClickHouseConfig) defaults() {
+	if c.Database == "" {
+		c.Database = DefaultDatabase
+	}
+	if c.Username == "" {
+		c.Username = "default"
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 2 * time.Minute
+	}
+}
+
+// Validate reports a missing address or a bad database name.
+func (c ClickHouseConfig) Validate() error {
+	if len(c.Addr) == 0 {
+		return errors.New("no ClickHouse address: pass --clickhouse host:port (the native protocol port, 9000 by default)")
+	}
+	for _, a := range c.Addr {
+		if strings.TrimSpace(a) == "" || !strings.Contains(a, ":") || strings.Contains(a, "/") {
+			return fmt.Errorf("ClickHouse address %q is not host:port of the native protocol (e.g. localhost:9000)", a)
+		}
+	}
+	if c.Database != "" {
+		return ValidateDatabase(c.Database)
+	}
+	return nil
+}
+
+// Open connects to ClickHouse. The connection's default database is
+// "default", so that it works before Migrate created Database; every
+// statement names its database.
+func (c ClickHouseConfig) Open(ctx context.Context) (driver.Conn, error) {
+	c.defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:         c.Addr,
+		Auth:         clickhouse.Auth{Database: "default", Username: c.Username, Password: c.Password},
+		DialTimeout:  c.DialTimeout,
+		ReadTimeout:  c.ReadTimeout,
+		MaxOpenConns: 8,
+		MaxIdleConns: 5,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse %v: %w", c.Addr, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+	defer cancel()
+	if err := conn.Ping(pctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("ClickHouse %v does not answer (%w): check --clickhouse (native protocol host:port) and the credentials", c.Addr, err)
+	}
+	return conn, nil
+}
+
+// writer inserts batches into the history tables of one database.
+type writer struct {
+	conn driver.Conn
+	db   string
+}
+
+// insert sends one table's columns as one native block.
+func (w *writer) insert(ctx context.Context, t table, cols []any) error {
+	if n := columnLen(cols[0]); n == 0 {
+		return nil
+	}
+	batch, err := w.conn.PrepareBatch(ctx, "INSERT INTO "+w.db+"."+t.name+" ("+strings.Join(t.columns, ", ")+")")
+	if err != nil {
+		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+	}
+	for i, c := range cols {
+		if err := batch.Column(i).Append(c); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("insert into %s.%s, column %s: %w", w.db, t.name, t.columns[i], err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+	}
+	return nil
+}
+
+func columnLen(c any) int {
+	switch s := c.(type) {
+	case []string:
+		return len(s)
+	default:
+		panic(fmt.Sprintf("history: first column of type %T", c))
+	}
+}
+
+// insertAll inserts a batch into the four tables, concurrently. A failure
+// leaves some tables with the batch and some without: the caller retries
+// the whole batch, and the tables' keys collapse what arrived twice.
+func (w *writer) insertAll(ctx context.Context, b *rows) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.insert(gctx, versionsTable, b.versions.columns()) })
+	g.Go(func() error { return w.insert(gctx, mutationsTable, b.mutations.columns()) })
+	g.Go(func() error { return w.insert(gctx, itemsTable, b.items.columns()) })
+	g.Go(func() error { return w.insert(gctx, scalarsTable, b.scalars.columns()) })
+	return g.Wait()
+}
+
+// scalarsAt reads the scalars of a version from the versions table; ok is
+// false when the table does not have it.
+func (w *writer) scalarsAt(ctx context.Context, org, project, branch string, version uint64) (scalarSet, bool, error) {
+	rs, err := w.conn.Query(ctx, "SELECT scalars FROM "+w.db+".versions WHERE org = ? AND project = ? AND branch = ? AND version = ? LIMIT 1",
+		org, project, branch, version)
+	if err != nil {
+		return nil, false, fmt.Errorf("read scalars of %s/%s@%s version %d: %w", org, project, branch, version, err)
+	}
+	defer rs.Close()
+	if !rs.Next() {
+		return nil, false, rs.Err()
+	}
+	var s string
+	if err := rs.Scan(&s); err != nil {
+		return nil, false, err
+	}
+	set, err := parseScalarSet(s)
+	if err != nil {
+		return nil, false, fmt.Errorf("scalars of %s/%s@%s version %d in ClickHouse: %w", org, project, branch, version, err)
+	}
+	return set, true, nil
+}
