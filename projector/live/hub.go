@@ -199,7 +199,7 @@ func (h *hub) publishVersion(ev changelog.Event) {
 	h.mu.RUnlock()
 	var frame []byte
 	if listened {
-		frame = h.prepare(encodeVersion(v))
+		frame = h.prepared(versionFrame(v))
 	}
 
 	h.mu.RLock()
@@ -207,7 +207,7 @@ func (h *hub) publishVersion(ev changelog.Event) {
 	set := h.subs[key][v.Branch]
 	if len(set) > 0 && frame == nil {
 		// A subscriber came in between: encode under the lock, rarely.
-		frame = h.prepare(encodeVersion(v))
+		frame = h.prepared(versionFrame(v))
 	}
 	if frame != nil {
 		e := entry{version: v.Version, offset: ev.Offset, frame: frame}
@@ -255,6 +255,14 @@ func (h *hub) publishRejected(ev changelog.Event) {
 func (h *hub) prepare(b []byte, err error) []byte {
 	if err == nil {
 		return textFrame(b)
+	}
+	return h.prepared(nil, err)
+}
+
+// prepared is a frame, or nil after reporting why it could not be made.
+func (h *hub) prepared(frame []byte, err error) []byte {
+	if err == nil {
+		return frame
 	}
 	// Encoding a decoded record cannot fail; if it ever does, say so
 	// loudly rather than deliver a gap silently: subscribers fill it from

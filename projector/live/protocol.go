@@ -194,27 +194,6 @@ type PongMessage struct {
 	RequestID string `json:"requestId,omitempty"`
 }
 
-// encodeVersion is the one encoding of a version message.
-func encodeVersion(v *schemas.Version) ([]byte, error) {
-	m := VersionMessage{Type: TypeVersion, Org: v.Org, Project: v.Project, Branch: v.Branch, Version: v.Version,
-		Parent: v.Parent, Base: v.Base, TS: v.TS, StateHash: v.StateHash, Scalars: v.Scalars,
-		Items: make([]ItemMessage, len(v.Items)), Mutations: make([]MutationMessage, len(v.Mutations)), LastIDs: v.LastIDs}
-	if m.Scalars == nil {
-		m.Scalars = map[string]json.RawMessage{}
-	}
-	if m.LastIDs == nil {
-		m.LastIDs = map[string]uint64{}
-	}
-	for i, it := range v.Items {
-		m.Items[i] = ItemMessage{Collection: it.Collection, ID: it.ID, Op: it.Op, Meta: it.Meta, Hash: it.Hash, Size: it.Size}
-	}
-	for i, o := range v.Mutations {
-		m.Mutations[i] = MutationMessage{ClientGroup: o.ClientGroup, Client: o.Client, ID: o.ID, Name: o.Name,
-			Status: o.Status, Error: o.Error}
-	}
-	return json.Marshal(m)
-}
-
 func encodeRejected(r *schemas.Rejected) ([]byte, error) {
 	m := RejectedMessage{Type: TypeRejected, Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID, At: r.At}
 	if mu := r.Mutation; mu != nil {
