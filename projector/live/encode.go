@@ -224,7 +224,7 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
 	if raw == nil {
 		return append(b, "null"...), nil
 	}
-	if len(raw) > 0 && bytes.IndexAny(raw, " \t\r\n<>&\u2028\u2029") < 0 && json.Valid(raw) {
+	if len(raw) > 0 && !bytes.ContainsAny(raw, " \t\r\n<>&\u2028\u2029") && json.Valid(raw) {
 		return append(b, raw...), nil
 	}
 	var buf bytes.Buffer
