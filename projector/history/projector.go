@@ -370,8 +370,11 @@ func (p *Projector) pollOnce(ctx context.Context) error {
 			}
 		}()
 	}
+	// Every record makes at least one row: polling no more records than
+	// the batch has room for rows keeps batches near BatchRows.
+	room := max(1, p.cfg.BatchRows-p.batch.len())
 	p.mu.Unlock()
-	fs := p.cl.PollRecords(pctx, p.cfg.BatchRows)
+	fs := p.cl.PollRecords(pctx, room)
 	if fs.IsClientClosed() {
 		return kgo.ErrClientClosed
 	}
@@ -389,6 +392,10 @@ func (p *Projector) pollOnce(ctx context.Context) error {
 	fs.EachRecord(func(r *kgo.Record) {
 		if err == nil {
 			err = p.handle(ctx, r)
+		}
+		// A poll may hold many batches' rows: hand each full one off.
+		if err == nil && p.batch.len() >= p.cfg.BatchRows {
+			err = p.handoff(ctx)
 		}
 	})
 	if err != nil {

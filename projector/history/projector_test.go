@@ -243,3 +243,38 @@ func TestUnhandledRecordsAreRejected(t *testing.T) {
 		t.Fatalf("canon_projector_rejected_total = %v, want %d", got, len(bad))
 	}
 }
+
+// One poll can return thousands of versions; the projector must still
+// insert batches of about BatchRows rows, not one batch of everything.
+func TestBatchesAreCutByRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx, 2)
+	const versions = 300
+	recs := benchVersions(versions, 2) // 7 rows a version
+	for _, r := range recs {
+		r.Topic = f.info.Names.Versions
+	}
+	if err := f.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.projectorConfig(t)
+	cfg.BatchRows = 140
+	cfg.BatchInterval = time.Minute // only full batches and the final flush cut batches
+	p := runProjector(t, ctx, cfg)
+	const total = versions * 7
+	for p.inserted.Load() < int64(total-cfg.BatchRows) {
+		if ctx.Err() != nil {
+			t.Fatalf("inserted %d of %d rows", p.inserted.Load(), total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Every batch is full: at least 140 rows and at most one version (7
+	// rows) more. The counter counts committed batches, which may trail
+	// the inserted rows by one.
+	batches := int(testutilValue(t, p.m.batches))
+	inserted := int(p.inserted.Load())
+	if min, max := inserted/(cfg.BatchRows+7)-1, inserted/cfg.BatchRows; batches < min || batches > max {
+		t.Fatalf("%d rows in %d batches; want %d to %d batches of %d rows", inserted, batches, min, max, cfg.BatchRows)
+	}
+}
