@@ -372,6 +372,3 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, cur
 	vr.kafkaPartition = append(vr.kafkaPartition, partition)
 	vr.kafkaOffset = append(vr.kafkaOffset, offset)
 }
-
-// reset empties the batch.
-func (b *rows) reset() { *b = rows{} }
