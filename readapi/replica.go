@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -55,7 +56,16 @@ type Replica struct {
 	caught map[int32]bool
 	// started is closed once the targets are known.
 	started chan struct{}
+	// fromStart marks the partitions whose store holds nothing but what
+	// this replica applied from the changelog's first record: a record
+	// the store refuses there was not written by a sequencer.
+	fromStart map[int32]bool
+	skipped   atomic.Int64
 }
+
+// Skipped is the number of changelog records skipped because no
+// sequencer wrote them.
+func (r *Replica) Skipped() int64 { return r.skipped.Load() }
 
 // NewReplica returns a replica; Run follows the changelog.
 func NewReplica(cfg ReplicaConfig) (*Replica, error) {
@@ -78,7 +88,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Replica{cfg: cfg, started: make(chan struct{})}, nil
+	return &Replica{cfg: cfg, started: make(chan struct{}), fromStart: map[int32]bool{}}, nil
 }
 
 // Ready reports whether every partition has caught up with the last
@@ -145,25 +155,39 @@ func (r *Replica) follow(ctx context.Context) error {
 		return err
 	}
 
+	for _, p := range r.cfg.Partitions {
+		if _, ok := start[p]; !ok {
+			r.fromStart[p] = true
+		}
+	}
+
 	applied := start // the stored offset per partition
+	type rec struct {
+		store.Record
+		offset int64
+	}
 	for {
 		evs, err := tail.Poll(ctx)
 		if err != nil {
 			return err
 		}
-		recs := map[int32][]store.Record{}
+		recs := map[int32][]rec{}
 		for _, ev := range evs {
 			if ev.Topic != topic {
 				continue
 			}
 			if ev.Err != nil {
-				return fmt.Errorf("changelog record %s[%d]@%d: %w (upgrade Canon to read it)", topic, ev.Partition, ev.Offset, ev.Err)
+				if errors.Is(ev.Err, schemas.ErrNewerSchema) {
+					return fmt.Errorf("changelog record %s[%d]@%d: %w", topic, ev.Partition, ev.Offset, ev.Err)
+				}
+				r.skipForeign(ev.Partition, ev.Offset, ev.Err)
+				continue
 			}
 			switch {
 			case ev.Chunk != nil:
-				recs[ev.Partition] = append(recs[ev.Partition], store.Record{Chunk: ev.Chunk})
+				recs[ev.Partition] = append(recs[ev.Partition], rec{store.Record{Chunk: ev.Chunk}, ev.Offset})
 			case ev.Version != nil:
-				recs[ev.Partition] = append(recs[ev.Partition], store.Record{Version: ev.Version})
+				recs[ev.Partition] = append(recs[ev.Partition], rec{store.Record{Version: ev.Version}, ev.Offset})
 			}
 		}
 		for _, p := range r.cfg.Partitions {
@@ -171,7 +195,25 @@ func (r *Replica) follow(ctx context.Context) error {
 			if o, had := applied[p]; !ok || (had && next <= o) {
 				continue
 			}
-			if err := st.Apply(p, recs[p], next); err != nil {
+			batch := make([]store.Record, len(recs[p]))
+			for i, rc := range recs[p] {
+				batch[i] = rc.Record
+			}
+			err := st.Apply(p, batch, next)
+			if err != nil && unexplained(err) && r.fromStart[p] {
+				// Nothing of the batch was written: apply it record by
+				// record and skip what the store refuses.
+				for i, rc := range recs[p] {
+					if aerr := st.Apply(p, batch[i:i+1], rc.offset+1); aerr != nil {
+						if !unexplained(aerr) {
+							return aerr
+						}
+						r.skipForeign(p, rc.offset, aerr)
+					}
+				}
+				err = st.Apply(p, nil, next)
+			}
+			if err != nil {
 				if unexplained(err) {
 					r.cfg.Log.Warn("the changelog does not explain the replica's store: dropping the partition and rebuilding it",
 						"partition", p, "err", err)
@@ -186,6 +228,13 @@ func (r *Replica) follow(ctx context.Context) error {
 			r.reached(p, next)
 		}
 	}
+}
+
+// skipForeign reports a changelog record that no sequencer wrote.
+func (r *Replica) skipForeign(p int32, offset int64, err error) {
+	r.skipped.Add(1)
+	r.cfg.Log.Error("skipping a record of the changelog that no sequencer wrote: it does not decode or does not follow the versions before it; find out who produces to the topic",
+		"topic", r.cfg.Topics.Versions, "partition", p, "offset", offset, "err", err)
 }
 
 func unexplained(err error) bool {

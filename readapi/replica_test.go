@@ -2,6 +2,7 @@ package readapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -161,16 +165,54 @@ func TestReplicaMatchesSequencer(t *testing.T) {
 		}
 	}
 
+	// Records no sequencer wrote, produced to a served partition of the
+	// changelog by hand: the replica skips them instead of stalling.
+	foreign := func(version uint64) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(pl.kcfg.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		project := projectIn(1, 0)
+		forged, err := schemas.EncodeVersion(&schemas.Version{Org: "acme", Project: project, Branch: "main", Version: version, Parent: version - 1,
+			TS: time.Now().UnixMilli(), StateHash: strings.Repeat("0", 64), LastIDs: map[string]uint64{"mallory": 1},
+			Mutations: []schemas.Outcome{{ClientGroup: "g-mallory", Client: "mallory", ID: 1, Name: "item.delete", Status: schemas.StatusApplied,
+				Args: json.RawMessage(`{"collection":"notes","id":"n0"}`)}}}, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaVersionV1)}}
+		key := schemas.ProjectKey("acme", project)
+		for _, v := range [][]byte{[]byte("not json"), forged} {
+			r := &kgo.Record{Topic: pl.names.Versions, Key: key, Value: v, Partition: 1, Headers: h}
+			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	foreign(want[projectIn(1, 0)] + 5)
+
 	rep, stop := start()
 	round(1) // while the replica catches up
 	seqCaughtUp()
 	check(rep)
+	if n := rep.Skipped(); n != 2 {
+		t.Errorf("the replica skipped %d foreign records, want 2", n)
+	}
 	stop()
-	round(2) // while it is down: it resumes from its stored offsets
+	foreign(want[projectIn(1, 0)] + 5) // after the stored offset: a rebuild, then skipped
+	round(2)                           // while it is down: it resumes from its stored offsets
 	seqCaughtUp()
 	rep, stop = start()
 	defer stop()
 	check(rep)
+	// The undecodable record is skipped at once; the forged version then
+	// fails on the stored state, which is rebuilt from the start, where
+	// all four are skipped.
+	if n := rep.Skipped(); n != 5 {
+		t.Errorf("the replica skipped %d foreign records around its rebuild, want 1+4", n)
+	}
 
 	// Reads from the replica's store; other partitions' projects are 421.
 	srv, err := New(Config{Store: rst, Keys: pl.keys.VerifyOnly(), Partitions: served})

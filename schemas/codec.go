@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -30,6 +31,13 @@ var (
 	// cannot read (the record was written by a newer Canon: upgrade the
 	// reader) or the wrong kind for the decoder called.
 	ErrUnknownSchema = errors.New("unknown schema")
+	// ErrNewerSchema, which comes with ErrUnknownSchema, means the
+	// header names a known kind in a major version newer than this
+	// build reads: a newer Canon wrote the record, and a reader that
+	// must not skip it has to be upgraded. Other unknown schemas
+	// (no header, a malformed one, an unknown kind) were not written by
+	// Canon at all.
+	ErrNewerSchema = errors.New("written by a newer Canon")
 	// ErrUndecodable means the value is not JSON, or not a JSON object.
 	ErrUndecodable = errors.New("undecodable")
 	// ErrTooLarge means a record or one of its fields is over a limit of
@@ -101,7 +109,11 @@ func ParseSchema(header string) (kind string, major int, err error) {
 	for _, m := range majors {
 		names = append(names, kind+"/v"+strconv.Itoa(m))
 	}
-	return kind, major, fmt.Errorf("%w: %s header %q: this build reads %s only: the record was written by a newer Canon; upgrade this reader",
+	if major > slices.Max(majors) {
+		return kind, major, fmt.Errorf("%w: %s header %q: this build reads %s only: the record was %w; upgrade this reader",
+			ErrUnknownSchema, HeaderSchema, header, strings.Join(names, ", "), ErrNewerSchema)
+	}
+	return kind, major, fmt.Errorf("%w: %s header %q: this build reads %s only",
 		ErrUnknownSchema, HeaderSchema, header, strings.Join(names, ", "))
 }
 

@@ -3,18 +3,20 @@ package sequencer
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	outcomes        *prometheus.CounterVec // by outcome: applied, error, duplicate, gap, rejected
-	versions        prometheus.Counter
-	batchSize       prometheus.Histogram
-	txnSeconds      prometheus.Histogram
-	txnAborted      *prometheus.CounterVec // by cause
-	restoreLag      *prometheus.GaugeVec   // changelog records left to restore, by partition
-	restoreSeconds  prometheus.Histogram
-	restoreRecords  prometheus.Counter
-	restoreBytes    prometheus.Counter
-	ownedPartitions prometheus.Gauge
-	restoring       prometheus.Gauge
-	offsetBehind    prometheus.Counter
+	outcomes       *prometheus.CounterVec // by outcome: applied, error, duplicate, gap, rejected
+	versions       prometheus.Counter
+	batchSize      prometheus.Histogram
+	txnSeconds     prometheus.Histogram
+	txnAborted     *prometheus.CounterVec // by cause
+	restoreLag     *prometheus.GaugeVec   // changelog records left to restore, by partition
+	restoreSeconds prometheus.Histogram
+	restoreRecords prometheus.Counter
+	restoreBytes   prometheus.Counter
+	// changelogSkipped counts canon.versions records no sequencer wrote.
+	changelogSkipped prometheus.Counter
+	ownedPartitions  prometheus.Gauge
+	restoring        prometheus.Gauge
+	offsetBehind     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,6 +56,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "restore_records_total",
 			Help: "Changelog records applied to the store by restores.",
 		}),
+		changelogSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "changelog_skipped_total",
+			Help: "canon.versions records skipped by restores because no sequencer wrote them (they do not decode or do not follow the versions before them).",
+		}),
 		restoreBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "restore_bytes_total",
 			Help: "Changelog bytes applied to the store by restores.",
@@ -73,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.ownedPartitions, m.restoring, m.offsetBehind)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind)
 	}
 	return m
 }

@@ -120,13 +120,17 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 			topic, p, first, from)
 	}
 
-	n, bytes, err := s.replay(ctx, p, from, end)
+	// A record the store cannot apply on top of what it holds means the
+	// local state is wrong (rebuilt from the start), or, when it happens
+	// from the start too, that the record is not a sequencer's: it is
+	// skipped (see replay).
+	n, bytes, err := s.replay(ctx, p, from, end, from == first)
 	if errors.Is(err, errUnexplained) && from > first {
 		s.log.Warn("dropping the partition's local state and rebuilding it from the changelog", "partition", p, "err", err)
 		if derr := s.cfg.Store.DropPartition(p); derr != nil {
 			return derr
 		}
-		n, bytes, err = s.replay(ctx, p, first, end)
+		n, bytes, err = s.replay(ctx, p, first, end, true)
 	}
 	if err != nil {
 		return err
@@ -216,7 +220,16 @@ func (s *Sequencer) lastSource(p int32) (int64, bool, error) {
 
 // replay applies canon.versions[p] from offset `from` up to `end` (the
 // last stable offset) to the store, read_committed, in batches.
-func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64) (records, bytes int64, err error) {
+//
+// With skipForeign, the replay starts from the changelog's first record
+// on an empty partition, so a record that does not decode under a schema
+// this build knows, or that the store refuses (a gap, a conflict, a wrong
+// state hash), was not written by a sequencer: someone else produced it
+// to the topic. It is skipped, logged and counted
+// (canon_sequencer_changelog_skipped_total), rather than stalling the
+// partition forever. A record of an unknown schema version still stops
+// the restore: a newer Canon wrote it and this one must be upgraded.
+func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64, skipForeign bool) (records, bytes int64, err error) {
 	label := partitionLabel(p)
 	defer s.m.restoreLag.WithLabelValues(label).Set(0)
 	if from >= end {
@@ -241,19 +254,35 @@ func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64) (recor
 
 	next := from
 	var pending []store.Record
+	var offsets []int64 // of pending
 	flush := func() error {
 		if len(pending) == 0 && next == from {
 			return nil
 		}
 		err := s.cfg.Store.Apply(p, pending, next)
+		if err != nil && unexplainedApply(err) && skipForeign {
+			// Nothing of the batch was written: apply it record by record
+			// and skip those the store refuses.
+			for i := range pending {
+				if aerr := s.cfg.Store.Apply(p, pending[i:i+1], offsets[i]+1); aerr != nil {
+					if !unexplainedApply(aerr) {
+						return aerr
+					}
+					s.skipForeign(p, offsets[i], aerr)
+				}
+			}
+			if err = s.cfg.Store.Apply(p, nil, next); err != nil {
+				return err
+			}
+		}
 		if err != nil {
-			if errors.Is(err, store.ErrGap) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrStateHash) || errors.Is(err, store.ErrInvalid) {
+			if unexplainedApply(err) {
 				return fmt.Errorf("%w: %w", errUnexplained, err)
 			}
 			return err
 		}
 		s.m.restoreRecords.Add(float64(len(pending)))
-		pending = pending[:0]
+		pending, offsets = pending[:0], offsets[:0]
 		return nil
 	}
 	for next < end {
@@ -275,10 +304,14 @@ func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64) (recor
 			}
 			rec, err := s.decodeChangelog(r)
 			if err != nil {
+				if skipForeign && errors.Is(err, errUnexplained) {
+					s.skipForeign(p, r.Offset, err)
+					return
+				}
 				ferr = err
 				return
 			}
-			pending = append(pending, rec)
+			pending, offsets = append(pending, rec), append(offsets, r.Offset)
 			records++
 			bytes += int64(len(r.Value))
 			s.m.restoreBytes.Add(float64(len(r.Value)))
@@ -295,12 +328,16 @@ func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64) (recor
 }
 
 // decodeChangelog decodes a canon.versions record for the store. A record
-// this build cannot read is an error: skipping it would corrupt the state.
+// of a newer Canon is an error: skipping it would corrupt the state. One
+// that does not decode is errUnexplained: no sequencer wrote it.
 func (s *Sequencer) decodeChangelog(r *kgo.Record) (store.Record, error) {
 	schema := header(r, schemas.HeaderSchema)
 	kind, _, err := schemas.ParseSchema(schema)
+	if errors.Is(err, schemas.ErrNewerSchema) {
+		return store.Record{}, fmt.Errorf("changelog record %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
 	if err != nil {
-		return store.Record{}, fmt.Errorf("changelog record %s[%d]@%d: %w (upgrade Canon to read it)", r.Topic, r.Partition, r.Offset, err)
+		return store.Record{}, fmt.Errorf("%w: changelog record %s[%d]@%d: %w", errUnexplained, r.Topic, r.Partition, r.Offset, err)
 	}
 	switch kind {
 	case schemas.KindChunk:
@@ -318,4 +355,18 @@ func (s *Sequencer) decodeChangelog(r *kgo.Record) (store.Record, error) {
 	default:
 		return store.Record{}, fmt.Errorf("%w: record of kind %s at %s[%d]@%d in the changelog", errUnexplained, kind, r.Topic, r.Partition, r.Offset)
 	}
+}
+
+// unexplainedApply is a store refusal that the changelog should not
+// cause: the local state or the record is wrong.
+func unexplainedApply(err error) bool {
+	return errors.Is(err, store.ErrGap) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrStateHash) ||
+		errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrWrongPartition)
+}
+
+// skipForeign reports a changelog record that no sequencer wrote.
+func (s *Sequencer) skipForeign(p int32, offset int64, err error) {
+	s.m.changelogSkipped.Inc()
+	s.log.Error("skipping a record of the changelog that no sequencer wrote: it does not decode or does not follow the versions before it; find out who produces to the topic",
+		"topic", s.cfg.Topics.Versions, "partition", p, "offset", offset, "err", err)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,5 +318,69 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	}
 	if len(counts) != 13+11 {
 		t.Fatalf("%d versions in the changelog, want 24", len(counts))
+	}
+}
+
+// Records in canon.versions that no sequencer wrote (someone produced to
+// the topic by hand) must not stall the partition: the restore, from an
+// existing store or from nothing, skips them, counts them, and the
+// sequencer goes on deciding.
+func TestRestoreSkipsForeignChangelogRecords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newEmbeddedEnv(t, 2)
+	dir := filepath.Join(t.TempDir(), "store")
+	sctx, scancel := context.WithCancel(ctx)
+	_, st, done := startSequencer(t, sctx, e, dir)
+	for i := uint64(1); i <= 3; i++ {
+		e.push(t, put("acme", "roadmap", "alice", i, "t", fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	waitUntil(t, ctx, "version 3", func() (bool, error) {
+		h, err := st.Head("acme", "roadmap", "main")
+		return h.Version == 3, err
+	})
+	scancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	// Two foreign records on roadmap's partition: a value that does not
+	// decode, and a well-formed version that skips versions 4 to 6.
+	key := schemas.ProjectKey("acme", "roadmap")
+	part := schemas.Partition(key, e.parts)
+	forged, err := schemas.EncodeVersion(&schemas.Version{Org: "acme", Project: "roadmap", Branch: "main", Version: 7, Parent: 6,
+		TS: time.Now().UnixMilli(), StateHash: strings.Repeat("0", 64), LastIDs: map[string]uint64{"mallory": 1},
+		Mutations: []schemas.Outcome{{ClientGroup: "g-mallory", Client: "mallory", ID: 1, Name: "item.delete", Status: schemas.StatusApplied,
+			Args: json.RawMessage(`{"collection":"tasks","id":"t"}`)}}}, schemas.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaVersionV1)}}
+	for _, v := range [][]byte{[]byte("not json"), forged} {
+		if err := e.cl.ProduceSync(ctx, &kgo.Record{Topic: e.names.Versions, Key: key, Value: v, Partition: part, Headers: header}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The same store (restored from where it stopped, then rebuilt), and
+	// a new one (restored from the start): both skip the two records.
+	for i, d := range []string{dir, filepath.Join(t.TempDir(), "fresh")} {
+		sctx, scancel := context.WithCancel(ctx)
+		seq, st, done := startSequencer(t, sctx, e, d)
+		id := uint64(4 + i)
+		e.push(t, put("acme", "roadmap", "alice", id, "t", `{"after":"foreign"}`))
+		waitUntil(t, ctx, fmt.Sprintf("version %d after the foreign records", id), func() (bool, error) {
+			h, err := st.Head("acme", "roadmap", "main")
+			return h.Version == id, err
+		})
+		if n := testutil.ToFloat64(seq.m.changelogSkipped); n != 2 {
+			t.Errorf("store %d: %v records skipped, want 2", i, n)
+		}
+		scancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
 	}
 }
