@@ -71,7 +71,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.fail(w, "canon", &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the mutations were written, but their outcomes cannot be followed: " + err.Error(),
-			Hint:    "read them with the read API, or push again: applied ones are duplicates", retryAfter: 1})
+			Hint:    "read them with the read API, or push again: applied ones are duplicates", RetryAfter: 1})
 		return
 	}
 	status := http.StatusOK
@@ -348,14 +348,14 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 			Message:    fmt.Sprintf("%s is over its rate of %.0f mutations per second", claims.Principal(), p.cfg.Rate),
 			Hint:       "retry after the Retry-After seconds, in order",
-			retryAfter: int(math.Ceil(wait.Seconds()))}
+			RetryAfter: int(math.Ceil(wait.Seconds()))}
 	}
 	written, err := p.produce(ctx, ms, values, received)
 	if err != nil {
 		p.cfg.Log.Warn("produce pushed mutations", "err", err, "org", ms[0].Org, "project", ms[0].Project)
 		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the mutations could not be written to Kafka: " + err.Error(),
-			Hint:    "retry the same push: mutations already written are skipped as duplicates", retryAfter: 1}
+			Hint:    "retry the same push: mutations already written are skipped as duplicates", RetryAfter: 1}
 	}
 	return written, nil
 }

@@ -1,0 +1,75 @@
+// Package httpapi holds what Canon's HTTP APIs (push, reads, the
+// websocket's errors) share: the shape of an error answer and how JSON
+// answers are written.
+//
+// Every error answer is {"error": {"code", "message", "field", "hint"}}:
+// code says what went wrong (each API documents its codes), message the
+// details, field the parameter or body field at fault, hint what to do.
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/canon-sync/canon/internal/auth"
+)
+
+// Codes every API uses.
+const (
+	CodeUnauthenticated = "unauthenticated" // 401: no token, or a bad or expired one
+	CodeForbidden       = "forbidden"       // 403: the token does not reach the org, project or scope
+)
+
+// Error is an API's JSON error answer.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Hint    string `json:"hint,omitempty"`
+	// RetryAfter, in seconds, is sent as Retry-After (429 and 503).
+	RetryAfter int `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// WriteError writes e as {"error": e}, never cached, with Retry-After and
+// WWW-Authenticate where they apply.
+func WriteError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="canon"`)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	WriteJSON(w, e.Status, map[string]*Error{"error": e})
+}
+
+// WriteJSON writes v as the JSON body of a status answer.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// AuthHints are what an API tells a client to do about a missing token
+// and about one that does not reach what it asked for.
+type AuthHints struct {
+	NoToken, Forbidden string
+}
+
+// AuthError maps a token error to 401 or 403.
+func AuthError(err error, hints AuthHints) *Error {
+	switch {
+	case errors.Is(err, auth.ErrNoToken):
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "no token", Hint: hints.NoToken}
+	case errors.Is(err, auth.ErrForbidden):
+		return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: err.Error(), Hint: hints.Forbidden}
+	default:
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: err.Error(),
+			Hint: "get a valid, unexpired token"}
+	}
+}
