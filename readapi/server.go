@@ -43,6 +43,11 @@ type Config struct {
 	// answered 421 with the partition's number, so that a router can send
 	// it to an instance that holds it.
 	Partitions []int32
+	// Serves, when set, tells which partitions the store holds now, for a
+	// store whose partitions change: the sequencer's, on a node that runs
+	// both roles, holds the partitions the sequencer owns. It takes the
+	// place of Partitions.
+	Serves func(p int32) bool
 	// MaxVersionsPage bounds ?limit= of the versions list; 0 means
 	// DefaultMaxVersionsPage.
 	MaxVersionsPage int
@@ -201,7 +206,7 @@ func (s *Server) check(r *http.Request, c *call, params []string) *Error {
 		return authError(err)
 	}
 	c.claims = claims
-	if p := s.cfg.Store.PartitionOf(c.org, c.project); !s.serves[p] {
+	if p := s.cfg.Store.PartitionOf(c.org, c.project); !s.serving(p) {
 		return &Error{Status: http.StatusMisdirectedRequest, Code: CodePartitionNotServed,
 			Message: fmt.Sprintf("project %s/%s is on partition %d of %s, which this instance does not serve (it serves %s)",
 				c.org, c.project, p, schemas.TopicVersions, s.servedList()),
@@ -210,12 +215,22 @@ func (s *Server) check(r *http.Request, c *call, params []string) *Error {
 	return nil
 }
 
+func (s *Server) serving(p int32) bool {
+	if s.cfg.Serves != nil {
+		return s.cfg.Serves(p)
+	}
+	return s.serves[p]
+}
+
 func (s *Server) servedList() string {
 	var ps []string
-	for p, ok := range s.serves {
-		if ok {
+	for p := range int32(len(s.serves)) {
+		if s.serving(p) {
 			ps = append(ps, fmt.Sprint(p))
 		}
+	}
+	if len(ps) == 0 {
+		return "none at the moment"
 	}
 	return strings.Join(ps, ",")
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/canon-sync/canon/internal/auth"
@@ -247,5 +248,25 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusUnsupportedMediaType {
 			t.Errorf("%s %s: %d", r.Method, path, resp.StatusCode)
 		}
+	}
+}
+
+// On a node that also runs the sequencer, the store holds the partitions
+// the sequencer owns at the moment: the others are 421 until it owns them.
+func TestServesFollowsOwnership(t *testing.T) {
+	e := newEnv(t, nil)
+	fill(e)
+	tok := e.token("ann", []string{"doc"}, auth.ScopeRead)
+	doc := e.st.PartitionOf("acme", "doc")
+	var owned atomic.Bool
+	e.srv.cfg.Serves = func(p int32) bool { return p != doc || owned.Load() }
+
+	r := e.api.get("/v1/projects/acme/doc", tok)
+	if r.status != http.StatusMisdirectedRequest || r.errorCode() != CodePartitionNotServed || !strings.Contains(string(r.body), fmt.Sprintf("partition %d", doc)) {
+		t.Fatalf("not owned: %d %s", r.status, r.body)
+	}
+	owned.Store(true)
+	if r := e.api.get("/v1/projects/acme/doc", tok); r.status != http.StatusOK {
+		t.Fatalf("owned: %d %s", r.status, r.body)
 	}
 }

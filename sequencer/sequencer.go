@@ -90,6 +90,21 @@ func (s *Sequencer) Ready(context.Context) error {
 	return nil
 }
 
+// Serves reports whether this instance's store holds partition p of
+// canon.versions up to what has been decided: the instance runs, owns p
+// and has restored it. Reads of p's projects on this node are then
+// current; otherwise another instance owns p (or will, after a
+// rebalance) and readers on this node must be sent there.
+func (s *Sequencer) Serves(p int32) bool {
+	if !s.running.Load() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, restoring := s.needRestore[p]
+	return s.owned[p] && !restoring
+}
+
 // errSession means the transactional session cannot be used any more: the
 // instance was fenced, or a transaction ended ambiguously. Run starts a new
 // session after restoring every owned partition.

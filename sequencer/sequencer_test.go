@@ -377,9 +377,15 @@ func TestRestoreSkipsForeignChangelogRecords(t *testing.T) {
 		if n := testutil.ToFloat64(seq.m.changelogSkipped); n != 2 {
 			t.Errorf("store %d: %v records skipped, want 2", i, n)
 		}
+		if !seq.Serves(part) || !seq.Serves(1-part) {
+			t.Errorf("store %d: the only instance does not serve both partitions", i)
+		}
 		scancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+		if seq.Serves(part) {
+			t.Errorf("store %d: a stopped sequencer still serves partition %d", i, part)
 		}
 		st.Close()
 	}

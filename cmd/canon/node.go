@@ -24,6 +24,7 @@ import (
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
 	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -83,6 +84,9 @@ type node struct {
 	// producer is the producer role's, for the other roles that push (the
 	// websocket); nil when the node does not run it.
 	producer *producer.Producer
+	// sequencer is the sequencer role's, for the read roles on its store;
+	// nil when the node does not run it.
+	sequencer *sequencer.Sequencer
 	// store is the Pebble store the node's roles share (Pebble allows one
 	// opener per directory); opened by the first role that asks.
 	store *store.Store

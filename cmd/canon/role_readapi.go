@@ -33,14 +33,16 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		return nil, err
 	}
 	partitions := n.partitions
+	var serves func(int32) bool
 	run := func(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
 	if n.runs("sequencer") {
-		// The sequencer's store holds the partitions the sequencer owns;
-		// --partitions is for replicas.
-		partitions = nil
+		// The sequencer's store holds the partitions the sequencer owns
+		// and has restored; the others are answered 421 (4004 on the
+		// websocket). --partitions is for replicas.
+		partitions, serves = nil, n.sequencer.Serves
 	} else {
 		kcfg := n.kcfg
 		kcfg.ClientID = "canon-readapi-replica"
@@ -57,6 +59,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		Store:      st,
 		Keys:       n.keys.VerifyOnly(),
 		Partitions: partitions,
+		Serves:     serves,
 		Log:        n.log,
 		Registerer: n.registry,
 	})
@@ -79,7 +82,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-live"
 	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
-		Partitions: partitions, Keys: n.keys.VerifyOnly(), Pusher: pusher, Log: n.log, Registerer: n.registry})
+		Partitions: partitions, Serves: serves, Keys: n.keys.VerifyOnly(), Pusher: pusher, Log: n.log, Registerer: n.registry})
 	if err != nil {
 		return nil, err
 	}

@@ -66,5 +66,6 @@ func setupSequencer(n *node) (func(context.Context) error, error) {
 		return nil, err
 	}
 	n.ready.Add("sequencer", seq.Ready)
+	n.sequencer = seq
 	return seq.Run, nil
 }

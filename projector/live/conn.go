@@ -138,7 +138,7 @@ func (c *conn) accept(r *http.Request) *closeReason {
 	}
 	c.claims = claims
 	c.partition = c.s.cfg.Store.PartitionOf(c.org, c.project)
-	if !c.s.hub.follows(c.partition) {
+	if !c.s.hub.follows(c.partition) || !c.served() {
 		return closeWith(CloseNotServed, CodeNotServed,
 			fmt.Sprintf("%s/%s is on partition %d, which this server does not follow", c.org, c.project, c.partition),
 			"connect to a server that serves the partition")
@@ -218,6 +218,7 @@ func (c *conn) serve() *closeReason {
 func (c *conn) live() *closeReason {
 	ping := time.NewTicker(c.s.cfg.PingInterval)
 	defer ping.Stop()
+	unserved := 0 // ping ticks in a row that found the partition not served
 	var expiry <-chan time.Time
 	if exp := c.claims.ExpiresAt; exp != nil {
 		t := time.NewTimer(exp.Sub(c.s.cfg.Now()))
@@ -235,6 +236,13 @@ func (c *conn) live() *closeReason {
 				return nil
 			}
 		case <-ping.C:
+			// Twice in a row: a sequencer that restarts its session on
+			// this node gives its partitions up for a moment.
+			if c.served() {
+				unserved = 0
+			} else if unserved++; unserved == 2 {
+				return c.moved()
+			}
 			if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.WriteTimeout)) != nil {
 				return nil
 			}
@@ -368,6 +376,17 @@ func (c *conn) readStore(upTo uint64) *closeReason {
 	return nil
 }
 
+// served reports whether the store holds the subscription's partition.
+func (c *conn) served() bool { return c.s.cfg.Serves == nil || c.s.cfg.Serves(c.partition) }
+
+// moved closes a subscription whose partition this server stopped
+// holding (another sequencer instance took it over).
+func (c *conn) moved() *closeReason {
+	return closeWith(CloseNotServed, CodeNotServed,
+		fmt.Sprintf("%s/%s is on partition %d, which this server no longer serves", c.org, c.project, c.partition),
+		fmt.Sprintf("reconnect with from=%d: the server that serves the partition now resumes the stream", c.lastSent))
+}
+
 // waitStore waits until the store holds the partition's changelog up to
 // (not including) offset need.
 func (c *conn) waitStore(need int64) error {
@@ -381,6 +400,9 @@ func (c *conn) waitStore(need int64) error {
 		if need <= 0 || ok && off >= need {
 			return nil
 		}
+		if !c.served() {
+			return errNotServed
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: the store is at offset %d of partition %d, the changelog at %d, after %v",
 				errStoreBehind, off, c.partition, need, c.s.cfg.StoreLagTimeout)
@@ -392,7 +414,10 @@ func (c *conn) waitStore(need int64) error {
 	}
 }
 
-var errStoreBehind = errors.New("store behind the changelog")
+var (
+	errStoreBehind = errors.New("store behind the changelog")
+	errNotServed   = errors.New("partition no longer served")
+)
 
 // pause waits d unless the connection ends first.
 func (c *conn) pause(d time.Duration) error {
@@ -439,6 +464,8 @@ func (c *conn) storeFailure(err error) *closeReason {
 			}
 		}
 		return nil
+	case errors.Is(err, errNotServed):
+		return c.moved()
 	case errors.Is(err, errStoreBehind):
 		c.s.cfg.Log.Warn("live subscription: store behind the changelog", "org", c.org, "project", c.project, "err", err)
 		return closeWith(CloseServerError, CodeStoreBehind, "the server's store lags the changelog",

@@ -64,6 +64,11 @@ type Config struct {
 	// Partitions are the partitions served; nil serves all. Subscriptions
 	// to a project of another partition are closed with 4004.
 	Partitions []int32
+	// Serves, when set, tells which partitions the store holds now (see
+	// readapi.Config.Serves): a subscription to a project of another
+	// partition is refused with 4004, and one whose partition goes away
+	// is closed with 4004, to reconnect where it is served.
+	Serves func(p int32) bool
 	// Keys verify tokens (a verify-only keyset is enough). Required.
 	Keys *auth.Keyset
 	// Pusher takes push messages; nil answers them with push_unavailable.

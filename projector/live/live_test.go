@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func TestLive(t *testing.T) {
 	t.Run("reset", func(t *testing.T) { testReset(t, e) })
 	t.Run("push on the socket", func(t *testing.T) { testPush(t, e) })
 	t.Run("oversized message", func(t *testing.T) { testOversized(t, e) })
+	t.Run("partition not served", func(t *testing.T) { testNotServed(t, e) })
 }
 
 // Many clients push to several projects while subscribers of every kind
@@ -498,5 +500,40 @@ func testOversized(t *testing.T, e *env) {
 	}
 	if code, _ := c.closeCode(); code != CloseTooBig {
 		t.Fatalf("close code %d, want %d", code, CloseTooBig)
+	}
+}
+
+// On a node that also runs the sequencer, the store holds only the
+// partitions the sequencer owns: a subscription to another partition is
+// refused with 4004, and one whose partition moves away is closed with
+// 4004 (after two ping ticks, to ride out a session restart).
+func testNotServed(t *testing.T, e *env) {
+	var owned atomic.Bool
+	p := e.st.PartitionOf("acme", "movep")
+	_, srv := e.startLive(e.st, func(c *Config) {
+		c.Serves = func(q int32) bool { return q != p || owned.Load() }
+	})
+	tok := e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead)
+	c, err := dial(t, srv, "acme", "movep", "", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, got := c.closeCode()
+	c.close()
+	if code != CloseNotServed || len(got) != 1 || got[0].Error == nil || got[0].Error.Code != CodeNotServed {
+		t.Fatalf("not served: close %d after %v", code, got)
+	}
+
+	owned.Store(true)
+	c, err = dial(t, srv, "acme", "movep", "", bearer(tok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.expect(TypeHello)
+	owned.Store(false)
+	code, got = c.closeCode()
+	if code != CloseNotServed || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeNotServed {
+		t.Fatalf("moved away: close %d after %v", code, got)
 	}
 }
