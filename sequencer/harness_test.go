@@ -6,7 +6,6 @@ package sequencer
 // checks of the exactly-once invariants on the changelog and the stores.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -14,11 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	mrand "math/rand/v2"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -26,7 +21,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,33 +42,6 @@ const (
 	itTxnTimeout     = 8 * time.Second
 	itPoll           = 25 * time.Millisecond
 )
-
-// canonBinary is the `canon` binary, built once per test process.
-var canonBinary struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-func buildCanon(t testing.TB) string {
-	t.Helper()
-	canonBinary.once.Do(func() {
-		canonBinary.dir, canonBinary.err = os.MkdirTemp("", "canon-sequencer-test-")
-		if canonBinary.err != nil {
-			return
-		}
-		canonBinary.path = filepath.Join(canonBinary.dir, "canon")
-		out, err := exec.Command("go", "build", "-o", canonBinary.path, "github.com/canon-sync/canon/cmd/canon").CombinedOutput()
-		if err != nil {
-			canonBinary.err = fmt.Errorf("go build ./cmd/canon: %w\n%s", err, out)
-		}
-	})
-	if canonBinary.err != nil {
-		t.Fatal(canonBinary.err)
-	}
-	return canonBinary.path
-}
 
 // waitUntil polls cond every itPoll until it holds, fails, or ctx ends.
 func waitUntil(t testing.TB, ctx context.Context, what string, cond func() (bool, error)) {
@@ -173,257 +140,32 @@ func (e *topicsEnv) produceSync(t testing.TB, rs ...*kgo.Record) {
 // Sequencer processes
 
 // seqProc is one `canon serve --roles sequencer` process, restartable on
-// the same data directory. Its output goes to a log file whose tail is
-// printed when the test fails.
+// the same data directory.
 type seqProc struct {
-	t       *testing.T
-	name    string
-	bin     string
-	args    []string
-	data    string
-	logPath string
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
-	exitErr error
-	http    string
-	logFrom int64 // size of the log when the current run started
+	*testenv.CanonProcess
+	t    *testing.T
+	name string
+	data string
 }
-
-var httpAddrLine = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
 
 func newSeqProc(t *testing.T, e *topicsEnv, name string, extra ...string) *seqProc {
 	t.Helper()
-	dir := t.TempDir()
-	if os.Getenv(testenv.EnvKeep) == "1" {
-		// Kept for inspection, like testenv's servers.
-		var err error
-		if dir, err = os.MkdirTemp("", "canon-seq-"+name+"-"); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("sequencer %s keeps its data and log in %s", name, dir)
-	}
-	p := &seqProc{
-		t:       t,
-		name:    name,
-		bin:     buildCanon(t),
-		data:    filepath.Join(dir, "data"),
-		logPath: filepath.Join(dir, name+".log"),
-	}
-	p.args = append([]string{"serve", "--roles", "sequencer",
+	data := filepath.Join(testenv.ProcessDir(t, "sequencer-"+name), "data")
+	args := append([]string{"serve", "--roles", "sequencer",
 		"--brokers", strings.Join(e.brokers, ","),
 		"--topic-prefix", e.prefix,
 		"--topic-partitions", strconv.Itoa(int(e.parts)),
-		"--data", p.data,
+		"--data", data,
 		"--http", "127.0.0.1:0",
 		"--session-timeout", itSessionTimeout.String(),
 		"--transaction-timeout", itTxnTimeout.String(),
 	}, extra...)
-	t.Cleanup(func() {
-		p.signal(syscall.SIGCONT)
-		p.signal(syscall.SIGKILL)
-		p.wait(30 * time.Second)
-		if t.Failed() {
-			t.Logf("last lines of sequencer %s (%s):\n%s", p.name, p.logPath, tailOf(p.logPath, 80))
-		}
-	})
-	return p
-}
-
-// start runs the process and waits until it serves HTTP.
-func (p *seqProc) start(ctx context.Context) {
-	p.t.Helper()
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	st, _ := logf.Stat()
-	fmt.Fprintf(logf, "=== test: starting %s at %s\n", p.name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		p.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.done, p.exitErr, p.http, p.logFrom = cmd, done, nil, "", st.Size()
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		p.mu.Lock()
-		p.exitErr = err
-		p.mu.Unlock()
-		close(done)
-	}()
-	waitUntil(p.t, ctx, p.name+" serving HTTP", func() (bool, error) {
-		if p.exited() {
-			return false, fmt.Errorf("%s exited: %w", p.name, p.exitError())
-		}
-		m := httpAddrLine.FindStringSubmatch(p.currentLog())
-		if m == nil {
-			return false, nil
-		}
-		p.mu.Lock()
-		p.http = m[1]
-		p.mu.Unlock()
-		return true, nil
-	})
-}
-
-// currentLog is the log of the current run.
-func (p *seqProc) currentLog() string {
-	f, err := os.Open(p.logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	p.mu.Lock()
-	from := p.logFrom
-	p.mu.Unlock()
-	b, _ := io.ReadAll(io.NewSectionReader(f, from, 1<<40))
-	return string(b)
-}
-
-func (p *seqProc) exited() bool {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *seqProc) exitError() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exitErr
-}
-
-func (p *seqProc) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
-	if cmd != nil && !p.exited() {
-		_ = cmd.Process.Signal(sig)
-	}
-}
-
-func (p *seqProc) wait(d time.Duration) bool {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// stop ends the process with SIGTERM and expects a clean exit: it leaves
-// the group and closes its store.
-func (p *seqProc) stop() {
-	p.t.Helper()
-	p.signal(syscall.SIGTERM)
-	if !p.wait(60 * time.Second) {
-		p.t.Fatalf("%s did not stop within 60s of SIGTERM", p.name)
-	}
-	if err := p.exitError(); err != nil {
-		p.t.Fatalf("%s exited with %v after SIGTERM", p.name, err)
-	}
-}
-
-// kill ends the process with SIGKILL, as a crash would.
-func (p *seqProc) kill() {
-	p.t.Helper()
-	p.signal(syscall.SIGKILL)
-	if !p.wait(30 * time.Second) {
-		p.t.Fatalf("%s survived SIGKILL", p.name)
-	}
-}
-
-func (p *seqProc) get(path string) (int, []byte, error) {
-	p.mu.Lock()
-	addr := p.http
-	p.mu.Unlock()
-	if addr == "" || p.exited() {
-		return 0, nil, fmt.Errorf("%s is not running", p.name)
-	}
-	cl := http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get("http://" + addr + path)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
-}
-
-// ready reports /readyz: Kafka answers and every owned partition is
-// restored.
-func (p *seqProc) ready() bool {
-	code, _, err := p.get("/readyz")
-	return err == nil && code == http.StatusOK
-}
-
-// metric sums the samples of a metric family from /metrics; an
-// unreachable process or a missing family is an error.
-func (p *seqProc) metric(name string) (float64, error) {
-	code, body, err := p.get("/metrics")
-	if err != nil {
-		return 0, err
-	}
-	if code != http.StatusOK {
-		return 0, fmt.Errorf("/metrics of %s: status %d", p.name, code)
-	}
-	var sum float64
-	found := false
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		series, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if base, _, _ := strings.Cut(series, "{"); base != name {
-			continue
-		}
-		found = true
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return 0, fmt.Errorf("metric %s: %w", line, err)
-		}
-		sum += v
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, fmt.Errorf("%s has no metric %s", p.name, name)
-	}
-	return sum, nil
+	return &seqProc{CanonProcess: testenv.NewCanonProcess(t, name, args...), t: t, name: name, data: data}
 }
 
 // owned is canon_sequencer_owned_partitions, or -1 while unreachable.
 func (p *seqProc) owned() float64 {
-	v, err := p.metric("canon_sequencer_owned_partitions")
+	v, err := p.Metric("canon_sequencer_owned_partitions")
 	if err != nil {
 		return -1
 	}
@@ -436,7 +178,7 @@ var partitionsLine = regexp.MustCompile(`msg="partitions (assigned|revoked)".* p
 // lines: the partitions the instance owned when it logged its last one.
 func (p *seqProc) ownedFromLog() []int32 {
 	owned := map[int32]bool{}
-	for _, m := range partitionsLine.FindAllStringSubmatch(p.currentLog(), -1) {
+	for _, m := range partitionsLine.FindAllStringSubmatch(p.CurrentLog(), -1) {
 		for _, f := range strings.Fields(m[2]) {
 			n, _ := strconv.Atoi(f)
 			if m[1] == "assigned" {
@@ -456,7 +198,7 @@ func (p *seqProc) ownedFromLog() []int32 {
 
 // revocations counts the "partitions revoked" lines of the current run.
 func (p *seqProc) revocations() int {
-	return strings.Count(p.currentLog(), `msg="partitions revoked"`)
+	return strings.Count(p.CurrentLog(), `msg="partitions revoked"`)
 }
 
 // waitRejoined waits, after a SIGCONT, until the process has noticed it
@@ -467,29 +209,6 @@ func (p *seqProc) waitRejoined(ctx context.Context, before int) {
 	waitUntil(p.t, ctx, p.name+" losing its partitions and owning partitions again", func() (bool, error) {
 		return p.revocations() > before && p.owned() > 0, nil
 	})
-}
-
-// checkLog fails the test on a panic or a data race in the process log.
-func (p *seqProc) checkLog() {
-	p.t.Helper()
-	b, _ := os.ReadFile(p.logPath)
-	for _, bad := range []string{"panic:", "WARNING: DATA RACE", "fatal error:"} {
-		if bytes.Contains(b, []byte(bad)) {
-			p.t.Errorf("%s logged %q", p.name, bad)
-		}
-	}
-}
-
-func tailOf(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // ---------------------------------------------------------------------
@@ -1042,7 +761,7 @@ func stopAll(t *testing.T, ctx context.Context, ps ...*seqProc) {
 	t.Helper()
 	waitUntil(t, ctx, "every instance ready", func() (bool, error) {
 		for _, p := range ps {
-			if !p.ready() {
+			if !p.Ready() {
 				return false, nil
 			}
 		}
@@ -1052,15 +771,15 @@ func stopAll(t *testing.T, ctx context.Context, ps ...*seqProc) {
 		checkMetricZero(t, p, "canon_sequencer_input_offset_behind_total")
 	}
 	for _, p := range ps {
-		p.stop()
-		p.checkLog()
+		p.Stop()
+		p.CheckLog()
 	}
 }
 
 // checkMetricZero fails if a counter of a running instance is not zero.
 func checkMetricZero(t *testing.T, p *seqProc, name string) {
 	t.Helper()
-	v, err := p.metric(name)
+	v, err := p.Metric(name)
 	if err != nil {
 		t.Fatalf("%s of %s: %v", name, p.name, err)
 	}

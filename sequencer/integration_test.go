@@ -31,16 +31,7 @@ import (
 	"github.com/canon-sync/canon/store"
 )
 
-// TestMain is testenv.Main (run, then stop the servers testenv started),
-// plus the removal of the canon binary the tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if canonBinary.dir != "" {
-		os.RemoveAll(canonBinary.dir)
-	}
-	testenv.StopAll()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestIntegrationMembershipChurn runs three instances under load while one
 // joins late, one leaves gracefully and comes back, and one is killed
@@ -53,31 +44,31 @@ func TestIntegrationMembershipChurn(t *testing.T) {
 	cl := followChangelog(t, e)
 	g := newLoadGen(t, e, 50, 150, 30, 1)
 	a, b, c := newSeqProc(t, e, "a"), newSeqProc(t, e, "b"), newSeqProc(t, e, "c")
-	a.start(ctx)
-	b.start(ctx)
+	a.Start(ctx)
+	b.Start(ctx)
 	startLoad(t, ctx, g, cl)
 
 	g.allowUpTo(0.15)
 	g.waitProduced(ctx, 0.15)
 	t.Log("c joins late")
-	c.start(ctx)
+	c.Start(ctx)
 	g.allowUpTo(0.35)
 	waitUntil(t, ctx, "c owning partitions", func() (bool, error) { return c.owned() > 0, nil })
 
 	g.waitProduced(ctx, 0.35)
 	t.Log("b leaves gracefully")
-	b.stop()
+	b.Stop()
 	g.allowUpTo(0.5)
 	g.waitProduced(ctx, 0.45)
 	t.Log("b comes back")
-	b.start(ctx)
+	b.Start(ctx)
 	waitUntil(t, ctx, "b owning partitions again", func() (bool, error) { return b.owned() > 0, nil })
 
 	g.allowUpTo(0.65)
 	g.waitProduced(ctx, 0.6)
 	t.Log("a is killed and restarted")
-	a.kill()
-	a.start(ctx)
+	a.Kill()
+	a.Start(ctx)
 	g.allowUpTo(0.8)
 	waitUntil(t, ctx, "a owning partitions again", func() (bool, error) { return a.owned() > 0, nil })
 
@@ -118,8 +109,8 @@ func TestIntegrationBrokerCrash(t *testing.T) {
 	cl := followChangelog(t, e)
 	g := newLoadGen(t, e, 50, 100, 30, 2)
 	a, b := newSeqProc(t, e, "a"), newSeqProc(t, e, "b")
-	a.start(ctx)
-	b.start(ctx)
+	a.Start(ctx)
+	b.Start(ctx)
 	startLoad(t, ctx, g, cl)
 
 	for i, at := range []float64{0.4} {
@@ -160,8 +151,8 @@ func TestIntegrationZombie(t *testing.T) {
 	cl := followChangelog(t, e)
 	g := newLoadGen(t, e, 50, 100, 40, 3)
 	a, z := newSeqProc(t, e, "a"), newSeqProc(t, e, "z")
-	a.start(ctx)
-	z.start(ctx)
+	a.Start(ctx)
+	z.Start(ctx)
 	startLoad(t, ctx, g, cl)
 	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && z.owned() > 0, nil })
 
@@ -169,7 +160,7 @@ func TestIntegrationZombie(t *testing.T) {
 	g.waitProduced(ctx, 0.2)
 	t.Log("z stopped under load")
 	revoked := z.revocations()
-	z.signal(syscall.SIGSTOP)
+	z.Signal(syscall.SIGSTOP)
 	g.allowUpTo(0.45)
 	waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
 	// a decides the new mutations, those of z's partitions included (once
@@ -177,7 +168,7 @@ func TestIntegrationZombie(t *testing.T) {
 	g.waitProduced(ctx, 0.45)
 	waitUntil(t, ctx, "a deciding everything produced", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
 	t.Log("z resumed")
-	z.signal(syscall.SIGCONT)
+	z.Signal(syscall.SIGCONT)
 	z.waitRejoined(ctx, revoked)
 
 	for i, at := range []float64{0.6, 0.8} {
@@ -185,10 +176,10 @@ func TestIntegrationZombie(t *testing.T) {
 		g.waitProduced(ctx, at-0.1)
 		t.Logf("z stopped under load (%d)", i+2)
 		revoked := z.revocations()
-		z.signal(syscall.SIGSTOP)
+		z.Signal(syscall.SIGSTOP)
 		waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
 		t.Logf("z resumed at once (%d)", i+2)
-		z.signal(syscall.SIGCONT)
+		z.Signal(syscall.SIGCONT)
 		z.waitRejoined(ctx, revoked)
 	}
 
@@ -212,7 +203,7 @@ func TestIntegrationRejected(t *testing.T) {
 	const parts = 3
 	e := newTopicsEnv(t, k.Brokers, parts)
 	seq := newSeqProc(t, e, "s")
-	seq.start(ctx)
+	seq.Start(ctx)
 
 	mut := func(project, client string, id uint64, item string) *schemas.Mutation {
 		return &schemas.Mutation{Org: "acme", Project: project, Branch: "main", ClientGroup: "g-" + client, Client: client,
@@ -358,8 +349,8 @@ func TestIntegrationStoreLost(t *testing.T) {
 	cl := followChangelog(t, e)
 	g := newLoadGen(t, e, 50, 100, 30, 5)
 	a, b := newSeqProc(t, e, "a"), newSeqProc(t, e, "b")
-	a.start(ctx)
-	b.start(ctx)
+	a.Start(ctx)
+	b.Start(ctx)
 	startLoad(t, ctx, g, cl)
 	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && b.owned() > 0, nil })
 
@@ -367,22 +358,22 @@ func TestIntegrationStoreLost(t *testing.T) {
 	g.waitProduced(ctx, 0.4)
 	waitUntil(t, ctx, "b's partitions decided", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
 	t.Log("b stopped, its store deleted")
-	b.stop()
+	b.Stop()
 	if err := os.RemoveAll(filepath.Join(b.data, "store")); err != nil {
 		t.Fatal(err)
 	}
 	g.allowUpTo(0.7)
 	g.waitProduced(ctx, 0.6)
 	t.Log("b restarts with no store")
-	b.start(ctx)
-	waitUntil(t, ctx, "b owning restored partitions", func() (bool, error) { return b.owned() > 0 && b.ready(), nil })
-	restored, err := b.metric("canon_sequencer_restore_records_total")
+	b.Start(ctx)
+	waitUntil(t, ctx, "b owning restored partitions", func() (bool, error) { return b.owned() > 0 && b.Ready(), nil })
+	restored, err := b.Metric("canon_sequencer_restore_records_total")
 	if err != nil || restored == 0 {
 		t.Fatalf("b restored %v changelog records (%v)", restored, err)
 	}
 
 	waitAllDecided(t, ctx, g, cl)
-	waitUntil(t, ctx, "every instance ready", func() (bool, error) { return a.ready() && b.ready(), nil })
+	waitUntil(t, ctx, "every instance ready", func() (bool, error) { return a.Ready() && b.Ready(), nil })
 	bOwned := b.ownedFromLog()
 	stopAll(t, ctx, a, b)
 	cl.catchUp(ctx)

@@ -77,12 +77,14 @@ var (
 )
 
 // Main runs the tests of a package and then stops every server that
-// testenv started for them. Use it from TestMain:
+// testenv started for them, and removes the canon binary BuildCanon
+// built. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
 	StopAll()
+	removeCanonBinary()
 	os.Exit(code)
 }
 
