@@ -106,7 +106,7 @@ func readHistory(ctx context.Context, cfg Config, followRejected bool, projects 
 		s, ok1 := starts.Lookup(cfg.Topics.Versions, p)
 		e, ok2 := ends.Lookup(cfg.Topics.Versions, p)
 		if !ok1 || !ok2 || s.Err != nil || e.Err != nil {
-			return nil, fmt.Errorf("list offsets of %s[%d]: %v", cfg.Topics.Versions, p, errors.Join(s.Err, e.Err))
+			return nil, fmt.Errorf("list offsets of %s[%d]: %w", cfg.Topics.Versions, p, errors.Join(s.Err, e.Err))
 		}
 		if s.Offset > 0 {
 			return nil, fmt.Errorf("%s[%d] starts at offset %d: its first records were deleted, so the history is incomplete (Canon's topics need infinite retention)", cfg.Topics.Versions, p, s.Offset)
@@ -189,8 +189,11 @@ func partitionCounts(ctx context.Context, adm *kadm.Client, topics ...string) (m
 	out := map[string]int32{}
 	for _, t := range topics {
 		td, ok := tds[t]
-		if !ok || td.Err != nil {
-			return nil, fmt.Errorf("topic %s: does not exist or cannot be described (%v): check --brokers and --topic-prefix", t, td.Err)
+		if !ok {
+			return nil, fmt.Errorf("topic %s does not exist: check --brokers and --topic-prefix", t)
+		}
+		if td.Err != nil {
+			return nil, fmt.Errorf("topic %s: %w (check --brokers and --topic-prefix)", t, td.Err)
 		}
 		out[t] = int32(len(td.Partitions))
 	}

@@ -234,8 +234,11 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange, tar
 				return 0, fmt.Errorf("list %s offsets of %s: %w", what, topic, err)
 			}
 			o, ok := l.Lookup(topic, p)
-			if !ok || o.Err != nil {
-				return 0, fmt.Errorf("list %s offsets of %s[%d]: %v", what, topic, p, o.Err)
+			if !ok {
+				return 0, fmt.Errorf("list %s offsets of %s: partition %d is missing", what, topic, p)
+			}
+			if o.Err != nil {
+				return 0, fmt.Errorf("list %s offsets of %s[%d]: %w", what, topic, p, o.Err)
 			}
 			return o.Offset, nil
 		}
