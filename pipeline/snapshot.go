@@ -261,7 +261,7 @@ func ReadSnapshot(r io.ReadSeeker) (*Snapshot, error) {
 // eachLine calls fn with every non-empty line and its type; errors name
 // the line.
 func eachLine(r io.Reader, fn func(n int, typ string, line []byte) error) error {
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(r, 64<<10)
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
