@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rebaseHistory is the scenario of the rebase tests: main and a feature
@@ -94,10 +95,21 @@ func TestRebaseScenarios(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, ctx, nil)
 	p := ProjectRef{"acme", "roadmap"}
+	pushed := time.Now()
 	e.push(t, ctx, p, rebaseHistory()...)
 	e.waitHead(t, ctx, BranchRef{p, "main"}, 8)
 	e.waitHead(t, ctx, BranchRef{p, "feature"}, 7)
 	feature := BranchRef{p, "feature"}
+
+	// The raw log since the push replays feature 2..7 (its version 1 is
+	// its branch.create) onto a branch made from feature@1.
+	raw, err := Replay(ctx, e.cfg, ReplayOptions{Source: feature, Raw: &RawRange{FromOffset: -1, ToOffset: -1, Since: pushed.Add(-time.Second)}, InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !raw.Deterministic || raw.From != 2 || raw.To != 7 || raw.Checked != 6 || raw.Skipped != 0 {
+		t.Errorf("raw replay of feature: %+v", raw)
+	}
 	opt := RebaseOptions{Source: feature, From: 2, Onto: &BranchAt{"main", 8}, Into: "feature-rebased"}
 
 	// A dry run decides in memory and writes nothing.

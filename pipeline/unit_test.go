@@ -55,7 +55,9 @@ func TestFirstChangeDiff(t *testing.T) {
 	put := func(id, hash string) schemas.ItemChange {
 		return schemas.ItemChange{Collection: "c", ID: id, Op: schemas.OpPut, Hash: hash, Meta: json.RawMessage("{}")}
 	}
-	del := func(id string) schemas.ItemChange { return schemas.ItemChange{Collection: "c", ID: id, Op: schemas.OpDelete} }
+	del := func(id string) schemas.ItemChange {
+		return schemas.ItemChange{Collection: "c", ID: id, Op: schemas.OpDelete}
+	}
 	for _, tc := range []struct {
 		name     string
 		src, dst []schemas.ItemChange
