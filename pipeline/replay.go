@@ -26,8 +26,10 @@ type ReplayOptions struct {
 	// Into is the target: a branch name (a new branch of Source's project,
 	// made from Source at version From-1), or ORG/PROJECT, the main branch
 	// of a new project, for a replay from version 1 of a branch that has
-	// no base (main). In memory it only names the branch the decisions are
-	// made on (default "replay").
+	// no base (main). In memory it only names where the decisions are
+	// made, which must not exist; by default a new branch canon-replay
+	// (canon-replay-2, … if taken), or, from version 1 of main, a project
+	// canon-replay of the same org that is not read.
 	Into string
 	// InMemory decides with Config.Registry in memory and produces
 	// nothing; otherwise the mutations go through Kafka and the running
@@ -84,16 +86,14 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 	if tool == "" {
 		tool = ReplayClient
 	}
-	into := opt.Into
-	if into == "" {
-		if !opt.InMemory {
-			return nil, errors.New("--into is required: a new branch name, or ORG/PROJECT for a new project")
-		}
-		into = "replay"
-	}
-	target := BranchRef{opt.Source.ProjectRef, into}
-	newProject := strings.Contains(into, "/")
-	if newProject {
+	var target BranchRef
+	newProject := false
+	switch into := opt.Into; {
+	case into == "" && !opt.InMemory:
+		return nil, errors.New("--into is required: a new branch name, or ORG/PROJECT for a new project")
+	case into == "":
+		// Chosen below, once the range says whether a branch can hold it.
+	case strings.Contains(into, "/"):
 		p, err := ParseProject(into)
 		if err != nil {
 			return nil, fmt.Errorf("--into: %w", err)
@@ -101,11 +101,15 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 		if p == opt.Source.ProjectRef {
 			return nil, fmt.Errorf("--into %s is the source project: give a new project or a branch name", into)
 		}
-		target = BranchRef{p, schemas.DefaultBranch}
-	} else if err := schemas.ValidateBranch("into", into); err != nil {
-		return nil, fmt.Errorf("--into: %w", err)
-	} else if into == opt.Source.Branch {
-		return nil, fmt.Errorf("--into %s is the source branch: give a new branch name", into)
+		target, newProject = BranchRef{p, schemas.DefaultBranch}, true
+	default:
+		if err := schemas.ValidateBranch("into", into); err != nil {
+			return nil, fmt.Errorf("--into: %w", err)
+		}
+		if into == opt.Source.Branch {
+			return nil, fmt.Errorf("--into %s is the source branch: give a new branch name", into)
+		}
+		target = BranchRef{opt.Source.ProjectRef, into}
 	}
 	projects := []ProjectRef{opt.Source.ProjectRef}
 	if newProject && !opt.InMemory {
@@ -116,18 +120,13 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 		return nil, err
 	}
 	defer h.Close()
-	h.register(target.ProjectRef)
-	if newProject && opt.InMemory {
-		// The in-memory target starts empty, whatever Kafka holds.
-		delete(h.branches, target)
-	}
 
-	res := &ReplayResult{Source: opt.Source.String(), Target: target.String(), InMemory: opt.InMemory}
+	res := &ReplayResult{Source: opt.Source.String(), InMemory: opt.InMemory}
 	var steps []step
 	var from, to uint64
 	if opt.Raw != nil {
 		var lo, hi int64
-		steps, lo, hi, res.Skipped, err = h.rawSteps(ctx, opt.Source, *opt.Raw, target)
+		steps, lo, hi, res.Skipped, err = h.rawSteps(ctx, opt.Source, *opt.Raw)
 		if err != nil {
 			return nil, err
 		}
@@ -145,6 +144,30 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 			return nil, fmt.Errorf("version 1 of %s is its branch.create and nothing follows in the range: replay from version 2", opt.Source)
 		}
 	}
+	if opt.Into == "" {
+		// In memory: a name the history does not hold; the project is
+		// not read, so it starts empty.
+		if from == 1 {
+			target, newProject = BranchRef{ProjectRef{opt.Source.Org, "canon-replay"}, schemas.DefaultBranch}, true
+			if target.ProjectRef == opt.Source.ProjectRef {
+				target.Project = "canon-replay-2"
+			}
+		} else {
+			target = BranchRef{opt.Source.ProjectRef, "canon-replay"}
+			for i := 2; h.head(target) > 0; i++ {
+				target.Branch = fmt.Sprintf("canon-replay-%d", i)
+			}
+		}
+	}
+	if opt.InMemory && !newProject && h.head(target) > 0 {
+		return nil, fmt.Errorf("%s exists; an in-memory replay decides on a new branch: give another --into, or none", target)
+	}
+	h.register(target.ProjectRef)
+	if newProject && opt.InMemory {
+		// The in-memory target starts empty, whatever Kafka holds.
+		delete(h.branches, target)
+	}
+	res.Target = target.String()
 	var base *BranchAt
 	switch {
 	case from == 1 && !newProject:
@@ -169,6 +192,7 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 			if s.m.Client == tool {
 				return nil, fmt.Errorf("client %s of the source is the job's own client name: rename the job's client (--client)", tool)
 			}
+			s.m.Org, s.m.Project, s.m.Branch = target.Org, target.Project, target.Branch
 			s.m.ID = s.orig.outcome.ID - shift[s.m.Client]
 			plan = append(plan, s)
 		}
@@ -202,10 +226,10 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 }
 
 // rawSteps reads the records of src in a range of canon.mutations and
-// makes a step of each that the source recorded in a version (ids are
-// the source's: the caller renumbers them). It returns the offsets read
+// makes a step of each that the source recorded in a version (with the
+// source's branch and ids: the caller retargets and renumbers them). It returns the offsets read
 // and how many records of src made no version.
-func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange, target BranchRef) ([]step, int64, int64, int, error) {
+func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]step, int64, int64, int, error) {
 	type at struct {
 		v *schemas.Version
 		k int
@@ -327,7 +351,7 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange, tar
 				return
 			}
 			steps = append(steps, step{
-				m:    resent(o, m.ID, m.Args, target),
+				m:    resent(o, m.ID, m.Args, src),
 				ts:   r.Timestamp.UTC(),
 				orig: &origin{version: a.v.Version, outcome: o, last: a.k == len(a.v.Mutations)-1, stateHash: a.v.StateHash, items: a.v.Items},
 			})

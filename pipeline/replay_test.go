@@ -134,11 +134,14 @@ func TestReplayCatchesNondeterministicMutator(t *testing.T) {
 			t.Errorf("%s: divergence %+v item %+v", what, d, d.Item)
 		}
 	}
-	res, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, Into: "acme/stamps-check", InMemory: true})
+	res, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("in memory", res, 137)
+	if res.Target != "acme/canon-replay@main" {
+		t.Errorf("in memory, the default target is %s", res.Target)
+	}
 	// Through the sequencer, from version 100: the target is made from
 	// main@99, so version 137 of main is version 39 of the target.
 	kres, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, Into: "check"})
@@ -146,6 +149,16 @@ func TestReplayCatchesNondeterministicMutator(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("through the sequencer", kres, 39)
+	// In memory, from version 100 too; the name of the branch made
+	// through the sequencer is refused.
+	if _, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, Into: "check", InMemory: true}); err == nil {
+		t.Error("an in-memory replay into an existing branch: no error")
+	}
+	mres, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("in memory from 100", mres, 39)
 	// Up to version 136 the replay agrees.
 	ok, err := Replay(context.Background(), e.cfg, ReplayOptions{Source: main, To: 136, Into: "acme/stamps-ok", InMemory: true})
 	if err != nil {
