@@ -97,6 +97,9 @@ func TestRebaseScenarios(t *testing.T) {
 	p := ProjectRef{"acme", "roadmap"}
 	pushed := time.Now()
 	e.push(t, ctx, p, rebaseHistory()...)
+	// A duplicate and a gap: records that make no version.
+	e.push(t, ctx, p, mut{"feature", "b", 1, "item.put", `{"collection":"tasks","id":"dup","data":1}`},
+		mut{"feature", "b", 9, "item.put", `{"collection":"tasks","id":"gap","data":1}`})
 	e.waitHead(t, ctx, BranchRef{p, "main"}, 8)
 	e.waitHead(t, ctx, BranchRef{p, "feature"}, 7)
 	feature := BranchRef{p, "feature"}
@@ -107,7 +110,7 @@ func TestRebaseScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !raw.Deterministic || raw.From != 2 || raw.To != 7 || raw.Checked != 6 || raw.Skipped != 0 {
+	if !raw.Deterministic || raw.From != 2 || raw.To != 7 || raw.Checked != 6 || raw.Skipped != 2 {
 		t.Errorf("raw replay of feature: %+v", raw)
 	}
 	opt := RebaseOptions{Source: feature, From: 2, Onto: &BranchAt{"main", 8}, Into: "feature-rebased"}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -24,6 +25,10 @@ func bigHistory(n int) []mut {
 		item := fmt.Sprintf("i%03d", rng.IntN(200))
 		var name, args string
 		switch k := rng.IntN(10); {
+		case i%1000 == 999:
+			// Args over 4 KiB are stored as chunks (argsRef): a replay
+			// reads them back from there.
+			name, args = "item.put", fmt.Sprintf(`{"collection":"items","id":%q,"data":{"n":%d,"text":%q}}`, item, i, strings.Repeat(fmt.Sprintf("large %d ", i), 1000))
 		case i < 50 || k < 3:
 			name, args = "item.put", fmt.Sprintf(`{"collection":"items","id":%q,"meta":{"k":%d},"data":{"n":%d,"text":"item %s"}}`, item, k, i, item)
 		case k < 6:
@@ -105,6 +110,13 @@ func TestReplayCatchesNondeterministicMutator(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// note.now writes tx.Now(): deterministic as long as a replay keeps
+	// the records' timestamps.
+	if err := reg.Register("note.now", func(tx model.Tx, _ json.RawMessage) error {
+		return tx.Put("notes", "now", model.Item{Data: json.RawMessage(fmt.Sprintf(`{"at":%d}`, tx.Now().UnixMilli()))})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	ctx := testCtx(t)
 	e := newEnv(t, ctx, reg)
 	p := ProjectRef{"acme", "stamps"}
@@ -115,6 +127,11 @@ func TestReplayCatchesNondeterministicMutator(t *testing.T) {
 		if v == 137 || v == 150 {
 			s++
 			ms = append(ms, mut{"", "s", s, "note.stamp", `{}`})
+			continue
+		}
+		if v%10 == 5 {
+			a++
+			ms = append(ms, mut{"", "a", a, "note.now", `{}`})
 			continue
 		}
 		a++
