@@ -50,12 +50,13 @@ func TestRebaseInterruptedAndRunAgain(t *testing.T) {
 	}
 	written := e.mutationsEnd(t, ctx) - before
 	t.Logf("the interrupted run wrote %d of %d records", written, n+1)
-	target := BranchRef{p, "work-rebased"}
-	if written > 0 {
-		// What was written is a prefix of the job's mutations, in order:
-		// let the sequencer decide it, so that the rerun finds it.
-		e.waitHead(t, ctx, target, uint64(written))
+	if written < n/2 || written >= n+1 {
+		t.Fatalf("the interrupted run wrote %d records: it was not interrupted in the middle", written)
 	}
+	target := BranchRef{p, "work-rebased"}
+	// What was written is a prefix of the job's mutations, in order: let
+	// the sequencer decide it, so that the rerun finds it.
+	e.waitHead(t, ctx, target, uint64(written))
 
 	res, err := Rebase(ctx, e.cfg, opt)
 	if err != nil {
