@@ -148,7 +148,11 @@ func printDiff(w io.Writer, d pipeline.StateDiff, source, target string) {
 	for _, s := range d.Scalars {
 		fmt.Fprintf(w, "  scalar %-20s %s: %s, %s: %s\n", s.Name, source, orAbsent(s.Source), target, orAbsent(s.Target))
 	}
-	for _, it := range d.Items {
+	for i, it := range d.Items {
+		if i == maxListed {
+			fmt.Fprintf(w, "  … and %d more items (--json lists them all)\n", len(d.Items)-maxListed)
+			break
+		}
 		fmt.Fprintf(w, "  %-14s %s/%s\n", it.Change, it.Collection, it.ID)
 	}
 }

@@ -135,6 +135,26 @@ func TestPipelineCommands(t *testing.T) {
 	if err := json.Unmarshal(out, &dry); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	// The patches of t2, which main@4 deleted, are the conflicts: i%3 == 1.
+	if len(dry.Conflicts) != 667 || dry.Conflicts[0].NewStatus != "error" {
+		t.Fatalf("dry run: %d conflicts, first %+v", len(dry.Conflicts), dry.Conflicts[0])
+	}
+	text, err := run(append(rebase[:len(rebase)-1:len(rebase)-1], "--dry-run")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"dry run of the rebase (nothing produced) of acme/cli@feature versions 2-2001 onto main@4 into acme/cli@rebased:",
+		"  versions    2001 (1334 applied, 667 errors, 0 not recorded)",
+		"  conflicts   667",
+		"    version 2: mutation 1 of client c1 (item.patch): applied, now error: item t/t2 does not exist",
+		"    … and 647 more (--json lists them all)",
+		"  difference between acme/cli@feature at version 2001 and acme/cli@rebased:\n  only in source t/t2\n",
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("the dry run's summary lacks %q:\n%s", want, text)
+		}
+	}
 
 	// SIGKILL the rebase once the sequencer made the target's first
 	// versions, then run it again.

@@ -92,14 +92,18 @@ once.`,
 			printCounts(out, res.Counts)
 			fmt.Fprintf(out, "  head        %s at version %d, state %s (source %s)\n", res.Target, res.TargetHead, shortHash(res.TargetStateHash), shortHash(res.SourceStateHash))
 			fmt.Fprintf(out, "  conflicts   %d\n", len(res.Conflicts))
-			for _, c := range res.Conflicts {
+			for i, c := range res.Conflicts {
+				if i == maxListed {
+					fmt.Fprintf(out, "    … and %d more (--json lists them all)\n", len(res.Conflicts)-maxListed)
+					break
+				}
 				fmt.Fprintf(out, "    version %d: mutation %d of client %s (%s): %s, now %s", c.Version, c.Mutation.ID, c.Mutation.Client, c.Mutation.Name, c.Status, c.NewStatus)
 				if c.NewError != "" {
 					fmt.Fprintf(out, ": %s", c.NewError)
 				}
 				fmt.Fprintln(out)
 			}
-			fmt.Fprintf(out, "  difference between %s@%d and %s:\n", res.Source, res.To, res.Target)
+			fmt.Fprintf(out, "  difference between %s at version %d and %s:\n", res.Source, res.To, res.Target)
 			printDiff(out, res.Diff, "source", "target")
 			fmt.Fprintf(out, "  took        %s\n", time.Duration(res.ElapsedMS)*time.Millisecond)
 			return nil
@@ -117,6 +121,10 @@ once.`,
 	fs.StringVar(&f.client, "client", pipeline.RebaseClient, "client of the rebase's own mutations on the target")
 	return cmd
 }
+
+// maxListed is how many conflicts or differing items a text summary
+// lists.
+const maxListed = 20
 
 // readSnapshotFile reads the snapshot of a canon export file.
 func readSnapshotFile(path string) (*pipeline.Snapshot, error) {
