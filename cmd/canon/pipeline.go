@@ -135,7 +135,7 @@ func printJSON(w io.Writer, v any) error {
 
 // printCounts writes what a job made on its target.
 func printCounts(w io.Writer, c pipeline.Counts) {
-	fmt.Fprintf(w, "  mutations   %d sent (%d were on the target already)\n", c.Mutations, c.AlreadyOnTarget)
+	fmt.Fprintf(w, "  mutations   %d (%d were on the target already)\n", c.Mutations, c.AlreadyOnTarget)
 	fmt.Fprintf(w, "  versions    %d (%d applied, %d errors, %d not recorded)\n", c.Versions, c.Applied, c.Errors, c.Rejected)
 }
 
