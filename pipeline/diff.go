@@ -64,7 +64,7 @@ func firstDivergence(steps []step, results []result) *Divergence {
 			continue
 		}
 		r := results[i]
-		statusDiffers := r.status() != o.outcome.Status || r.errMsg != o.outcome.Error
+		statusDiffers := !sameOutcome(o.outcome, r)
 		hashDiffers := o.last && r.stateHash != o.stateHash
 		if !statusDiffers && !hashDiffers {
 			continue
@@ -87,6 +87,17 @@ func firstDivergence(steps []step, results []result) *Divergence {
 		return d
 	}
 	return nil
+}
+
+// sameOutcome reports whether a re-sent mutation had the outcome of the
+// original: the same status and error. A branch.create's error names the
+// branch it was sent to, which is the target's on a replay: only its
+// status counts.
+func sameOutcome(o schemas.Outcome, r result) bool {
+	if r.status() != o.Status {
+		return false
+	}
+	return o.Name == model.BranchCreate || r.errMsg == o.Error
 }
 
 // firstChangeDiff is the first item, in (collection, id) order, that two

@@ -151,7 +151,7 @@ func Rebase(ctx context.Context, cfg Config, opt RebaseOptions) (*RebaseResult, 
 	res.Counts = count(results, existing)
 	for i, s := range plan {
 		o, r := s.orig, results[i]
-		if o == nil || (r.status() == o.outcome.Status && r.errMsg == o.outcome.Error) {
+		if o == nil || sameOutcome(o.outcome, r) {
 			continue
 		}
 		res.Conflicts = append(res.Conflicts, Conflict{

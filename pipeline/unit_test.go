@@ -231,3 +231,35 @@ func FuzzReadSnapshot(f *testing.F) {
 		}
 	})
 }
+
+func TestFirstDivergence(t *testing.T) {
+	orig := func(v uint64, name, status, errMsg, hash string) *origin {
+		return &origin{version: v, last: true, stateHash: hash,
+			outcome: schemas.Outcome{Client: "c", ID: v, Name: name, Status: status, Error: errMsg}}
+	}
+	same := []step{{orig: orig(1, "item.put", "applied", "", "h1")}, {orig: orig(2, "item.patch", "error", "item t/x does not exist", "h1")}}
+	sameRes := []result{{kind: model.Applied, version: 1, stateHash: "h1"}, {kind: model.Errored, version: 2, errMsg: "item t/x does not exist", stateHash: "h1"}}
+	for _, tc := range []struct {
+		name    string
+		steps   []step
+		results []result
+		version uint64 // 0: none
+	}{
+		{"equal", same, sameRes, 0},
+		{"own steps are not compared", append([]step{{}}, same...), append([]result{{kind: model.Rejected}}, sameRes...), 0},
+		{"state hash", same, []result{{kind: model.Applied, version: 1, stateHash: "h2"}, sameRes[1]}, 1},
+		{"status", same, []result{sameRes[0], {kind: model.Applied, version: 2, stateHash: "h1"}}, 2},
+		{"error message", same, []result{sameRes[0], {kind: model.Errored, version: 2, errMsg: "other", stateHash: "h1"}}, 2},
+		{"branch.create names its branch", []step{{orig: orig(1, "branch.create", "error", "branch b already exists (head version 3)", "h1")}},
+			[]result{{kind: model.Errored, version: 1, errMsg: "branch replay already exists (head version 1)", stateHash: "h1"}}, 0},
+		{"rejected", same[:1], []result{{kind: model.Rejected, errMsg: "invalid: …"}}, 1},
+	} {
+		d := firstDivergence(tc.steps, tc.results)
+		switch {
+		case tc.version == 0 && d != nil:
+			t.Errorf("%s: divergence %+v", tc.name, d)
+		case tc.version != 0 && (d == nil || d.Version != tc.version):
+			t.Errorf("%s: divergence %+v, want at version %d", tc.name, d, tc.version)
+		}
+	}
+}
