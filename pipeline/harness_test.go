@@ -31,7 +31,7 @@ type env struct {
 
 const testPartitions = 2
 
-func newEnv(t *testing.T, ctx context.Context, reg *model.Registry) *env {
+func newEnv(t testing.TB, ctx context.Context, reg *model.Registry) *env {
 	t.Helper()
 	k := testenv.NewKafka(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...),
@@ -85,7 +85,7 @@ type mut struct {
 }
 
 // push writes mutations to canon.mutations as the ingest does, in order.
-func (e *env) push(t *testing.T, ctx context.Context, p ProjectRef, ms ...mut) {
+func (e *env) push(t testing.TB, ctx context.Context, p ProjectRef, ms ...mut) {
 	t.Helper()
 	recs := make([]*kgo.Record, len(ms))
 	for i, m := range ms {
@@ -107,7 +107,7 @@ func (e *env) push(t *testing.T, ctx context.Context, p ProjectRef, ms ...mut) {
 }
 
 // waitHead waits until the sequencer's store holds version v of a branch.
-func (e *env) waitHead(t *testing.T, ctx context.Context, b BranchRef, v uint64) {
+func (e *env) waitHead(t testing.TB, ctx context.Context, b BranchRef, v uint64) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -167,7 +167,7 @@ func (e *env) onTarget(t *testing.T, b BranchRef) int {
 	}
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
