@@ -166,6 +166,16 @@ func TestReplayCatchesNondeterministicMutator(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("through the sequencer", kres, 39)
+	// From the raw log, through the sequencer: the project is alone in
+	// its partition, so version v came from offset v-1.
+	rres, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, Raw: &RawRange{FromOffset: 99, ToOffset: -1}, Into: "raw-check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rres.From != 100 || rres.To < 200 {
+		t.Errorf("raw range: versions %d-%d, want 100-200 at least", rres.From, rres.To)
+	}
+	check("raw, through the sequencer", rres, 39)
 	// In memory, from version 100 too; the name of the branch made
 	// through the sequencer is refused.
 	if _, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, Into: "check", InMemory: true}); err == nil {
