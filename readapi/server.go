@@ -1,6 +1,6 @@
-// Package readapi is Canon's read side over HTTP: the state of any version
-// of any project branch, its versions with their mutations and outcomes,
-// single items, bodies by hash, the status of a client's mutations, and
+// Package readapi is Canon's read side over HTTP: the projects of an org,
+// the state of any version of any project branch, its versions with their
+// mutations and outcomes, single items and their history, bodies by hash, the status of a client's mutations, and
 // Replicache's pull (pullVersion 1), all answered from a store: the
 // sequencer's when the process runs one, or a read replica's (Replica),
 // which materializes the store for a set of partitions from
@@ -125,9 +125,11 @@ type Route struct {
 // docs/openapi.yaml documents exactly these (a test checks it).
 func (s *Server) Routes() []Route {
 	return []Route{
+		{http.MethodGet, "/v1/projects", "projects", s.handleProjects},
 		{http.MethodGet, "/v1/projects/{org}/{project}", "state", s.handleState},
 		{http.MethodGet, "/v1/projects/{org}/{project}/versions", "versions", s.handleVersions},
 		{http.MethodGet, "/v1/projects/{org}/{project}/items/{collection}/{id}", "item", s.handleItem},
+		{http.MethodGet, "/v1/projects/{org}/{project}/items/{collection}/{id}/history", "item_history", s.handleItemHistory},
 		{http.MethodGet, "/v1/projects/{org}/{project}/blobs/{hash}", "blob", s.handleBlob},
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}", "client", s.handleClient},
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}/mutations/{id}", "mutation", s.handleMutation},
@@ -170,6 +172,36 @@ func (s *Server) check(r *http.Request, c *call, params []string) *Error {
 	if err := schemas.ValidateProject("project", c.project); err != nil {
 		return invalid("project", err.Error(), "")
 	}
+	if aerr := checkParams(r, params); aerr != nil {
+		return aerr
+	}
+	if slices.Contains(params, "branch") {
+		if b := r.URL.Query().Get("branch"); b != "" {
+			if err := schemas.ValidateBranch("branch", b); err != nil {
+				return invalid("branch", err.Error(), "")
+			}
+			c.branch = b
+		}
+	}
+	claims, aerr := s.verify(r)
+	if aerr != nil {
+		return aerr
+	}
+	if err := claims.Allow(c.org, c.project, auth.ScopeRead); err != nil {
+		return authError(err)
+	}
+	c.claims = claims
+	if p := s.cfg.Store.PartitionOf(c.org, c.project); !s.serves[p] {
+		return &Error{Status: http.StatusMisdirectedRequest, Code: CodePartitionNotServed,
+			Message: fmt.Sprintf("project %s/%s is on partition %d of %s, which this instance does not serve (it serves %s)",
+				c.org, c.project, p, schemas.TopicVersions, s.servedList()),
+			Hint: fmt.Sprintf("send the request to an instance that serves partition %d", p)}
+	}
+	return nil
+}
+
+// checkParams refuses unknown and repeated query parameters.
+func checkParams(r *http.Request, params []string) *Error {
 	q := r.URL.Query()
 	for name := range q {
 		if !slices.Contains(params, name) {
@@ -184,30 +216,17 @@ func (s *Server) check(r *http.Request, c *call, params []string) *Error {
 			return invalid(name, fmt.Sprintf("query parameter %q is given %d times", name, len(q[name])), "give it once")
 		}
 	}
-	if slices.Contains(params, "branch") {
-		if b := q.Get("branch"); b != "" {
-			if err := schemas.ValidateBranch("branch", b); err != nil {
-				return invalid("branch", err.Error(), "")
-			}
-			c.branch = b
-		}
-	}
+	return nil
+}
+
+// verify checks the request's bearer token.
+func (s *Server) verify(r *http.Request) (*auth.Claims, *Error) {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	claims, err := s.cfg.Keys.Verify(strings.TrimSpace(token), s.cfg.Now())
 	if err != nil {
-		return authError(err)
+		return nil, authError(err)
 	}
-	if err := claims.Allow(c.org, c.project, auth.ScopeRead); err != nil {
-		return authError(err)
-	}
-	c.claims = claims
-	if p := s.cfg.Store.PartitionOf(c.org, c.project); !s.serves[p] {
-		return &Error{Status: http.StatusMisdirectedRequest, Code: CodePartitionNotServed,
-			Message: fmt.Sprintf("project %s/%s is on partition %d of %s, which this instance does not serve (it serves %s)",
-				c.org, c.project, p, schemas.TopicVersions, s.servedList()),
-			Hint: fmt.Sprintf("send the request to an instance that serves partition %d", p)}
-	}
-	return nil
+	return claims, nil
 }
 
 func (s *Server) servedList() string {
