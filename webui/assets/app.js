@@ -278,6 +278,9 @@ async function showProjects() {
 
 // ---- A project ----
 
+// MAX_ROWS bounds the items listed per collection.
+const MAX_ROWS = 300;
+
 const itemKey = (collection, id) => `${collection}\u0000${id}`;
 
 // A branch's state as the UI holds it.
@@ -446,16 +449,16 @@ class ProjectView {
     this.renderTimeline();
   }
 
-  // takeId returns the next mutation id of this tab's client.
+  // takeId returns the next mutation id of this tab's client: the one
+  // after its last decided mutation on the branch, asked once (edits made
+  // while the answer is awaited share it), then counted here.
   async takeId() {
     if (this.nextId === null) {
-      try {
-        const c = await api.client(this.org, this.project, this.branch, me.client);
-        this.nextId = c.lastMutationID + 1;
-      } catch (e) {
-        if (!(e instanceof ApiError && e.code === "branch_not_found")) throw e;
-        this.nextId = 1; // nothing decided on the branch yet
-      }
+      this.idLoad ??= nextIdOf(this.org, this.project, this.branch).finally(() => {
+        this.idLoad = null;
+      });
+      const next = await this.idLoad;
+      if (this.nextId === null) this.nextId = next;
     }
     return this.nextId++;
   }
@@ -587,7 +590,8 @@ class ProjectView {
       if (seq !== this.seq) return; // rendered again meanwhile
       banner = h("div", { id: "past", class: "banner", dataset: { at } },
         `Version ${at} of ${this.state.version}, ${stamp(st.ts)} — read-only. `,
-        h("a", { href: projectHref(this.org, this.project, this.branch) }, "Back to the latest"));
+        h("a", { href: projectHref(this.org, this.project, this.branch) }, "Back to the latest"),
+        this.branchForm(at));
     }
     const byColl = new Map();
     for (const it of [...st.items.values()].sort((a, b) => (a.collection + "\u0000" + a.id < b.collection + "\u0000" + b.id ? -1 : 1))) {
@@ -601,10 +605,16 @@ class ProjectView {
     ];
     if (!byColl.size) parts.push(h("p", { class: "muted" }, st.version ? "No items at this version." : "This branch has no version yet: add an item below."));
     for (const [coll, items] of byColl) {
+      // A long collection shows its first rows (each small body is read
+      // once by hash for its preview); any item opens by its address.
+      const shown = items.slice(0, MAX_ROWS);
       parts.push(h("h2", {}, coll, h("span", { class: "muted" }, ` ${items.length}`)));
       parts.push(h("table", { class: "items" },
         h("thead", {}, h("tr", {}, h("th", {}, "id"), h("th", {}, "body"), h("th", {}, "meta"), h("th", {}, "size"), h("th", {}, "written"))),
-        h("tbody", {}, items.map((it) => this.itemRow(it)))));
+        h("tbody", {}, shown.map((it) => this.itemRow(it)))));
+      if (items.length > shown.length) {
+        parts.push(h("p", { class: "muted" }, `and ${items.length - shown.length} more, from ${items[shown.length].id} on (open one at #/p/${this.org}/${this.project}/i/${coll}/ID)`));
+      }
     }
     if (at === null) {
       // One form for the view's life: a version arriving while the user
@@ -614,6 +624,31 @@ class ProjectView {
     }
     const box = h("section", { class: "card", id: "items", dataset: { version: st.version } }, ...parts);
     this.left.replaceChildren(box);
+  }
+
+  // branchForm starts a branch from a version of this one (branch.create,
+  // pushed over HTTP: a socket pushes to its own branch only).
+  branchForm(at) {
+    const name = h("input", { id: "branch-name", placeholder: "new branch", required: true, size: 14, pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]{0,99}" });
+    const err = h("div");
+    return h("form", {
+      class: "inline",
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const branch = name.value.trim();
+        try {
+          const id = await nextIdOf(this.org, this.project, branch);
+          await api.push(this.org, this.project, {
+            branch, clientGroup: me.group,
+            mutations: [{ client: me.client, id, name: "branch.create", args: { from: this.branch, version: at }, ts: Date.now() }],
+          });
+        } catch (x) {
+          if (!authFailed(x)) err.replaceChildren(errorBox(x, "Starting the branch"));
+          return;
+        }
+        location.hash = projectHref(this.org, this.project, branch);
+      },
+    }, h("label", {}, `Start a branch from v${at}: `, name), h("button", { type: "submit", id: "branch-create" }, "Start"), err);
   }
 
   itemRow(it) {
@@ -781,6 +816,17 @@ class ProjectView {
       }
     }
     return h("div", { id: "diff", dataset: { from: from?.version ?? 0, to: to.version } }, h("h2", {}, "Diff ", h("span", { class: "muted" }, title)), pre);
+  }
+}
+
+// nextIdOf asks the read API for the id after this tab's client's last
+// decided mutation on a branch.
+async function nextIdOf(org, project, branch) {
+  try {
+    return (await api.client(org, project, branch, me.client)).lastMutationID + 1;
+  } catch (e) {
+    if (e instanceof ApiError && e.code === "branch_not_found") return 1; // nothing decided on the branch yet
+    throw e;
   }
 }
 
