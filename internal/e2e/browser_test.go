@@ -208,8 +208,8 @@ func (tb *tab) shot(t *testing.T, dir, name string) {
 
 // Two pages on one project in headless Chromium: an edit in one appears
 // in the other, both see the timeline with every outcome (applied, error,
-// a gap's rejection), a past version reads as it was, and an item's
-// history shows the diff between its versions.
+// a gap's rejection), a past version reads as it was and a branch starts
+// from it, and an item's history shows the diff between its versions.
 func TestBrowserTwoPagesEditLive(t *testing.T) {
 	chromium := testenv.Chromium(t)
 	artifacts := testenv.ArtifactDir(t)
@@ -319,6 +319,16 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
 		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
 	b.shot(t, artifacts, "5-b-version-1")
+	// … and starts a branch there: its version 1 is main's version 1.
+	b.run(t, "start a branch from version 1",
+		setValue(`#branch-name`, "draft"),
+		click(`#branch-create`),
+		until(`location.hash.includes("branch=draft")`),
+		visible(`#status[data-state="live"]`),
+		until(textHas(`#timeline li[data-version="1"]`, "from main@v1")),
+		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
+		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
+	b.shot(t, artifacts, "6-b-branch")
 
 	// A opens n1's history: versions 1 and 2, and the diff between them.
 	a.run(t, "open n1's history",
@@ -328,7 +338,7 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		visible(`#diff[data-from="1"][data-to="2"]`),
 		until(textHas(`#diff .del`, `"text": "hello"`)),
 		until(textHas(`#diff .add`, `"text": "hello from A"`)))
-	a.shot(t, artifacts, "6-a-history-diff")
+	a.shot(t, artifacts, "7-a-history-diff")
 
 	for _, p := range []*tab{a, b} {
 		if errs := p.exceptions(); len(errs) > 0 {
