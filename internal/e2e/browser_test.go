@@ -340,6 +340,13 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		until(textHas(`#diff .add`, `"text": "hello from A"`)))
 	a.shot(t, artifacts, "7-a-history-diff")
 
+	// A token the server refuses brings the sign-in page back, with why.
+	a.run(t, "use a bad token",
+		chromedp.Navigate(base+"/ui/#/?token=not.a.token"),
+		visible(`#use-token`),
+		until(textHas(`main .error`, "The token was refused")))
+	a.shot(t, artifacts, "8-a-refused-token")
+
 	for _, p := range []*tab{a, b} {
 		if errs := p.exceptions(); len(errs) > 0 {
 			t.Errorf("%s threw: %s", p.name, strings.Join(errs, "\n"))

@@ -64,8 +64,10 @@ export class Subscription {
         break;
       case "version":
         if (m.version !== this.last + 1) {
-          // The protocol never skips; if it ever did, start over.
+          // The protocol never skips a version; if it ever did, the held
+          // state would be wrong: start over rather than apply it.
           this.h.onReset({ reason: "gap_in_stream", head: m.version - 1 });
+          break;
         }
         this.last = m.version;
         this.h.onVersion(m);
