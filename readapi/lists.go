@@ -168,6 +168,31 @@ func (s *Server) listProjects(claims *auth.Claims, org, after string, limit int)
 	return resp, nil
 }
 
+// BranchesResponse is a project's branches and their heads.
+type BranchesResponse struct {
+	Org     string `json:"org"`
+	Project string `json:"project"`
+	// Branches are sorted by name; none before the project's first
+	// version.
+	Branches []store.Branch `json:"branches"`
+}
+
+func (s *Server) handleBranches(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	bs, err := s.cfg.Store.Branches(c.org, c.project)
+	if err != nil {
+		writeError(w, internal(err))
+		return
+	}
+	if bs == nil {
+		bs = []store.Branch{}
+	}
+	writeVersioned(w, r, BranchesResponse{Org: c.org, Project: c.project, Branches: bs}, cacheRevalidate)
+}
+
 func (s *Server) handleItemHistory(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.begin(w, r, "branch", "before", "limit")
 	if !ok {

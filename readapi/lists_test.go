@@ -129,6 +129,35 @@ func TestProjects(t *testing.T) {
 	}
 }
 
+func TestBranches(t *testing.T) {
+	e := newEnv(t, nil)
+	fill(e)
+	tok := e.token("ann", []string{"doc", "empty"}, auth.ScopeRead)
+	var br BranchesResponse
+	r := e.api.get("/v1/projects/acme/doc/branches", tok)
+	r.json(t, &br)
+	if want := []store.Branch{{Name: "feat", Version: 1}, {Name: "main", Version: 6}}; r.status != 200 || !slices.Equal(br.Branches, want) ||
+		r.header.Get("Cache-Control") != cacheRevalidate {
+		t.Fatalf("branches: %d %s", r.status, r.body)
+	}
+	if r2 := e.api.get("/v1/projects/acme/doc/branches", tok, "If-None-Match", r.header.Get("ETag")); r2.status != 304 {
+		t.Fatalf("branches revalidation: %d", r2.status)
+	}
+	// A project without a version yet: no branch, not an error.
+	r = e.api.get("/v1/projects/acme/empty/branches", tok)
+	br = BranchesResponse{}
+	r.json(t, &br)
+	if r.status != 200 || br.Branches == nil || len(br.Branches) != 0 {
+		t.Fatalf("branches of a project without versions: %d %s", r.status, r.body)
+	}
+	if r := e.api.get("/v1/projects/acme/other/branches", tok); r.status != http.StatusForbidden {
+		t.Fatalf("branches of a project the token does not reach: %d %s", r.status, r.body)
+	}
+	if r := e.api.get("/v1/projects/acme/doc/branches?branch=main", tok); r.status != http.StatusBadRequest || r.errorCode() != CodeInvalid {
+		t.Fatalf("branches with ?branch=: %d %s", r.status, r.body)
+	}
+}
+
 func TestItemHistory(t *testing.T) {
 	e := newEnv(t, nil)
 	fill(e)

@@ -127,6 +127,7 @@ func (s *Server) Routes() []Route {
 	return []Route{
 		{http.MethodGet, "/v1/projects", "projects", s.handleProjects},
 		{http.MethodGet, "/v1/projects/{org}/{project}", "state", s.handleState},
+		{http.MethodGet, "/v1/projects/{org}/{project}/branches", "branches", s.handleBranches},
 		{http.MethodGet, "/v1/projects/{org}/{project}/versions", "versions", s.handleVersions},
 		{http.MethodGet, "/v1/projects/{org}/{project}/items/{collection}/{id}", "item", s.handleItem},
 		{http.MethodGet, "/v1/projects/{org}/{project}/items/{collection}/{id}/history", "item_history", s.handleItemHistory},

@@ -190,6 +190,19 @@ func setValue(selector, value string) chromedp.Action[chromedp.Void] {
 	return chromedp.SetValue(chromedp.CSS(selector), value)
 }
 
+// choose picks an option of a select, as a user does (a change event).
+func choose(selector, value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		ok, err := chromedp.Evaluate[bool](fmt.Sprintf(
+			`(s => { s.value = %q; s.dispatchEvent(new Event("change")); return s.value === %q })(document.querySelector(%q))`,
+			value, value, selector))(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s has no option %q", selector, value)
+		}
+		return err
+	})
+}
+
 // shot saves a screenshot of the whole page as dir/name.png.
 func (tb *tab) shot(t *testing.T, dir, name string) {
 	t.Helper()
@@ -329,6 +342,13 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
 		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
 	b.shot(t, artifacts, "6-b-branch")
+	// The branch select lists both; picking main goes back to it.
+	b.run(t, "go back to main",
+		until(textHas(`#branch`, "draft (v1)")),
+		until(textHas(`#branch`, "main (v4)")),
+		choose(`#branch`, "main"),
+		until(`!location.hash.includes("branch=")`),
+		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
 
 	// A opens n1's history: versions 1 and 2, and the diff between them.
 	a.run(t, "open n1's history",

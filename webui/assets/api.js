@@ -89,6 +89,7 @@ export const api = {
   projects: (after) => request("/v1/projects" + query({ after, limit: 200 })),
   state: (org, project, branch, at) =>
     request(projectPath(org, project) + query({ branch, at })),
+  branches: (org, project) => request(projectPath(org, project) + "/branches"),
   versions: (org, project, branch, from, limit) =>
     request(projectPath(org, project) + "/versions" + query({ branch, from, limit })),
   item: (org, project, branch, collection, id, at) =>

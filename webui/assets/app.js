@@ -322,7 +322,7 @@ class ProjectView {
     this.root = h("section", { class: "project" },
       h("div", { class: "project-head" },
         h("h1", {}, `${this.org}/${this.project}`),
-        h("span", { class: "pill" }, "branch " + this.branch),
+        h("label", {}, "branch ", this.branchSelect()),
         this.status),
       h("div", { class: "cols" },
         this.left,
@@ -332,6 +332,38 @@ class ProjectView {
           h("section", { class: "card" }, h("h2", {}, "Timeline"), this.timelineEl, this.older))));
     main.replaceChildren(this.root);
     setCrumbs(h("a", { href: "#/" }, "projects"), h("a", { href: projectHref(this.org, this.project, this.branch) }, this.project));
+  }
+
+  // branchSelect lists the project's branches (read again when it gets
+  // the focus) and opens the one picked.
+  branchSelect() {
+    const sel = h("select", {
+      id: "branch",
+      onchange: () => {
+        location.hash = projectHref(this.org, this.project, sel.value);
+      },
+      onfocus: () => this.loadBranches(sel),
+    }, h("option", { value: this.branch }, this.branch));
+    this.loadBranches(sel);
+    return sel;
+  }
+
+  async loadBranches(sel) {
+    let branches;
+    try {
+      branches = (await api.branches(this.org, this.project)).branches;
+    } catch {
+      return; // the select keeps this branch; the page shows the API's errors elsewhere
+    }
+    const opts = branches.map((b) => h("option", { value: b.name, selected: b.name === this.branch }, `${b.name} (v${b.version})`));
+    if (!branches.some((b) => b.name === this.branch)) {
+      opts.unshift(h("option", { value: this.branch, selected: true }, `${this.branch} (no version yet)`));
+    }
+    sel.replaceChildren(...opts);
+  }
+
+  get branchSel() {
+    return this.root.querySelector("#branch");
   }
 
   async start() {
@@ -416,6 +448,7 @@ class ProjectView {
     }
     st.scalars = m.scalars;
     this.timeline.set(m.version, m);
+    if (m.version === 1) this.loadBranches(this.branchSel); // this branch has just begun
     for (const o of m.mutations) {
       if (o.client !== me.client || o.clientGroup !== me.group) continue;
       const rec = this.mine.get(o.id);
