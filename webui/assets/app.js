@@ -404,6 +404,8 @@ class ProjectView {
   // restart reloads everything: after a reset, the held state is void.
   async restart() {
     this.sub?.close();
+    this.sub = null;
+    this.loadBranches(this.branchSel);
     this.timeline.clear();
     this.past.clear();
     this.nextId = null;
@@ -431,21 +433,19 @@ class ProjectView {
     const st = this.state;
     if (m.base || m.version !== st.version + 1) {
       // Version 1 of a branch made from another holds its base's items
-      // without listing them: read the state.
-      api.state(this.org, this.project, this.branch, m.version).then((s) => {
-        this.state = toState(s);
-        this.renderLeft();
-      }, (e) => this.left.prepend(errorBox(e, "Reading the state")));
-      st.version = m.version;
-    } else {
-      for (const it of m.items) {
-        const k = itemKey(it.collection, it.id);
-        if (it.op === "delete") st.items.delete(k);
-        else st.items.set(k, { collection: it.collection, id: it.id, meta: it.meta || {}, hash: it.hash, size: it.size, version: m.version });
-      }
-      st.version = m.version;
-      st.ts = m.ts;
+      // without listing them (and a version that does not follow the held
+      // one cannot be applied to it): read the state again and subscribe
+      // from there.
+      this.restart();
+      return;
     }
+    for (const it of m.items) {
+      const k = itemKey(it.collection, it.id);
+      if (it.op === "delete") st.items.delete(k);
+      else st.items.set(k, { collection: it.collection, id: it.id, meta: it.meta || {}, hash: it.hash, size: it.size, version: m.version });
+    }
+    st.version = m.version;
+    st.ts = m.ts;
     st.scalars = m.scalars;
     this.timeline.set(m.version, m);
     if (m.version === 1) this.loadBranches(this.branchSel); // this branch has just begun

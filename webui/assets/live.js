@@ -56,6 +56,7 @@ export class Subscription {
   }
 
   message(m) {
+    if (this.closed) return; // what was in flight when the owner closed it
     switch (m.type) {
       case "hello":
         this.retry = 0;
