@@ -308,6 +308,14 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		click(`#crumbs a:nth-of-type(2)`),
 		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
 
+	// A names the project (a scalar); B sees the name.
+	a.run(t, "set the project's name",
+		setValue(`#scalar-name`, "name"),
+		setValue(`#scalar-value`, `"Web site"`),
+		click(`#scalar-set`),
+		visible(`#outcomes li[data-id="2"][data-status="applied"]`))
+	b.run(t, "see the name", until(textHas(`dl.scalars`, `"Web site"`)))
+
 	// Outcomes other than applied, pushed by another client: an error
 	// (recorded in a version) and a gap (rejected, no version).
 	if o := push(t, base, token, "web", "bot", map[string]any{"client": "bot", "id": 1, "name": "item.delete",
@@ -320,7 +328,7 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 	}
 	for _, p := range []*tab{a, b} {
 		p.run(t, "see the error and the gap",
-			until(textHas(`#timeline li[data-version="4"] li.mutation[data-status="error"]`, "does not exist")),
+			until(textHas(`#timeline li[data-version="5"] li.mutation[data-status="error"]`, "does not exist")),
 			until(textHas(`#timeline li.rejected[data-reason="gap"][data-client="bot"]`, "expected #2")))
 	}
 	b.shot(t, artifacts, "4-b-outcomes")
@@ -345,7 +353,7 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 	// The branch select lists both; picking main goes back to it.
 	b.run(t, "go back to main",
 		until(textHas(`#branch`, "draft (v1)")),
-		until(textHas(`#branch`, "main (v4)")),
+		until(textHas(`#branch`, "main (v5)")),
 		choose(`#branch`, "main"),
 		until(`!location.hash.includes("branch=")`),
 		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))

@@ -24,7 +24,7 @@ function h(tag, attrs = {}, ...children) {
     else if (k === "value") el.value = v;
     else el.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -522,9 +522,20 @@ class ProjectView {
       }
     } catch (e) {
       if (authFailed(e)) return;
-      rec.status = "refused";
-      rec.detail = `${e.code ? e.code + ": " : ""}${e.message}${e.hint ? ` (${e.hint})` : ""}`;
-      this.nextId = null; // nothing was written: ask the server again
+      if (rec.status !== "sending") {
+        // decided already: the outcome came before the answer
+      } else if (e.code) {
+        // An error answer: nothing was written, the id is free again.
+        rec.status = "refused";
+        rec.detail = `${e.code}: ${e.message}${e.hint ? ` (${e.hint})` : ""}`;
+        this.nextId = null;
+      } else {
+        // No answer (the connection dropped): it may have been written.
+        // The id stays used; if it was not, the next edit is rejected as
+        // a gap and the ids start again from the one expected.
+        rec.status = "unknown";
+        rec.detail = `${e.message}: it may still be applied (watch the timeline)`;
+      }
     }
     this.renderOutcomes();
   }
@@ -650,10 +661,11 @@ class ProjectView {
       }
     }
     if (at === null) {
-      // One form for the view's life: a version arriving while the user
-      // types re-renders the list, never what is typed.
+      // One form each for the view's life: a version arriving while the
+      // user types re-renders the list, never what is typed.
       this.newForm ??= this.newItemForm(byColl.keys().next().value || "notes");
-      parts.push(this.newForm);
+      this.scalarForm ??= this.setScalarForm();
+      parts.push(this.newForm, this.scalarForm);
     }
     const box = h("section", { class: "card", id: "items", dataset: { version: st.version } }, ...parts);
     this.left.replaceChildren(box);
@@ -699,6 +711,30 @@ class ProjectView {
       h("td", { class: "meta" }, Object.keys(it.meta || {}).length ? compact(it.meta) : ""),
       h("td", { class: "num" }, it.size),
       h("td", { class: "num" }, h("a", { href: projectHref(this.org, this.project, this.branch, { at: it.version }) }, `v${it.version}`)));
+  }
+
+  // setScalarForm sets one of the project's scalars (project.set; null
+  // deletes it).
+  setScalarForm() {
+    const name = h("input", { id: "scalar-name", placeholder: "name", required: true, size: 12 });
+    const value = h("input", { id: "scalar-value", placeholder: '"My project"', required: true, size: 30, spellcheck: "false" });
+    const err = h("div");
+    return h("form", {
+      class: "inline scalar",
+      onsubmit: (e) => {
+        e.preventDefault();
+        let v;
+        try {
+          v = JSON.parse(value.value);
+        } catch (x) {
+          err.replaceChildren(errorBox(new Error(`the value is not JSON (${x.message}): quote a string, e.g. "My project"`)));
+          return;
+        }
+        err.replaceChildren();
+        const n = name.value.trim();
+        this.mutate("project.set", { [n]: v }, n);
+      },
+    }, h("label", {}, "Set a scalar ", name), h("label", {}, "to (JSON) ", value), h("button", { type: "submit", id: "scalar-set" }, "Set"), err);
   }
 
   newItemForm(coll) {

@@ -98,7 +98,8 @@ export class Subscription {
   // push sends mutations on the socket; it resolves once Kafka has them.
   push(clientGroup, mutations) {
     if (!this.ws || this.ws.readyState !== WebSocket.OPEN || !this.canPush) {
-      return Promise.reject(new Error("the socket is not open for pushes"));
+      // Nothing was sent: a coded error, as an answer would be.
+      return Promise.reject(Object.assign(new Error("the socket is not open for pushes"), { code: "not_connected" }));
     }
     const requestId = "r" + this.nextRequest++;
     return new Promise((resolve, reject) => {
