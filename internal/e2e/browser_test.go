@@ -283,17 +283,18 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 	}
 
 	// A edits n1; B sees the new body.
-	a.run(t, "edit n1",
+	a.run(t, "open n1",
 		click(`tr[data-item="notes/n1"] a`),
 		visible(`#editor`),
 		until(textHas(`#diff`, `"text": "hello"`)),
-		setValue(`#editor`, `{"text": "hello from A"}`),
-		click(`#save`),
-		visible(`#outcomes li[data-id="1"][data-status="applied"]`))
+		setValue(`#editor`, `{"text": "hello from A"}`))
+	saved := time.Now()
+	a.run(t, "save n1", click(`#save`))
+	b.run(t, "see A's edit", until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello from A"`)))
+	t.Logf("page B showed page A's edit %v after the click on Save (polled every 50ms)", time.Since(saved).Round(time.Millisecond))
+	a.run(t, "see the edit applied", visible(`#outcomes li[data-id="1"][data-status="applied"]`))
 	a.shot(t, artifacts, "2-a-edited")
-	b.run(t, "see A's edit",
-		until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello from A"`)),
-		until(textHas(`#timeline li[data-version="2"]`, clientA)))
+	b.run(t, "see A's edit in the timeline", until(textHas(`#timeline li[data-version="2"]`, clientA)))
 	b.shot(t, artifacts, "3-b-sees-edit")
 
 	// B adds n2; A, on n1's page, sees it in the timeline, then in the list.
