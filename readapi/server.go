@@ -1,6 +1,6 @@
-// Package readapi is Canon's read side over HTTP: the state of any version
-// of any project branch, its versions with their mutations and outcomes,
-// single items, bodies by hash, the status of a client's mutations, and
+// Package readapi is Canon's read side over HTTP: the projects of an org,
+// the state of any version of any project branch, its versions with their
+// mutations and outcomes, single items and their history, bodies by hash, the status of a client's mutations, and
 // Replicache's pull (pullVersion 1), all answered from a store: the
 // sequencer's when the process runs one, or a read replica's (Replica),
 // which materializes the store for a set of partitions from
@@ -130,9 +130,12 @@ type Route struct {
 // docs/openapi.yaml documents exactly these (a test checks it).
 func (s *Server) Routes() []Route {
 	return []Route{
+		{http.MethodGet, "/v1/projects", "projects", s.handleProjects},
 		{http.MethodGet, "/v1/projects/{org}/{project}", "state", s.handleState},
+		{http.MethodGet, "/v1/projects/{org}/{project}/branches", "branches", s.handleBranches},
 		{http.MethodGet, "/v1/projects/{org}/{project}/versions", "versions", s.handleVersions},
 		{http.MethodGet, "/v1/projects/{org}/{project}/items/{collection}/{id}", "item", s.handleItem},
+		{http.MethodGet, "/v1/projects/{org}/{project}/items/{collection}/{id}/history", "item_history", s.handleItemHistory},
 		{http.MethodGet, "/v1/projects/{org}/{project}/blobs/{hash}", "blob", s.handleBlob},
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}", "client", s.handleClient},
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}/mutations/{id}", "mutation", s.handleMutation},
@@ -175,32 +178,20 @@ func (s *Server) check(r *http.Request, c *call, params []string) *Error {
 	if err := schemas.ValidateProject("project", c.project); err != nil {
 		return invalid("project", err.Error(), "")
 	}
-	q := r.URL.Query()
-	for name := range q {
-		if !slices.Contains(params, name) {
-			known := "none"
-			if len(params) > 0 {
-				known = strings.Join(params, ", ")
-			}
-			return invalid(name, fmt.Sprintf("unknown query parameter %q", name),
-				"check its spelling; this endpoint takes: "+known)
-		}
-		if len(q[name]) > 1 {
-			return invalid(name, fmt.Sprintf("query parameter %q is given %d times", name, len(q[name])), "give it once")
-		}
+	if aerr := checkParams(r, params); aerr != nil {
+		return aerr
 	}
 	if slices.Contains(params, "branch") {
-		if b := q.Get("branch"); b != "" {
+		if b := r.URL.Query().Get("branch"); b != "" {
 			if err := schemas.ValidateBranch("branch", b); err != nil {
 				return invalid("branch", err.Error(), "")
 			}
 			c.branch = b
 		}
 	}
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	claims, err := s.cfg.Keys.Verify(strings.TrimSpace(token), s.cfg.Now())
-	if err != nil {
-		return authError(err)
+	claims, aerr := s.verify(r)
+	if aerr != nil {
+		return aerr
 	}
 	if err := claims.Allow(c.org, c.project, auth.ScopeRead); err != nil {
 		return authError(err)
@@ -220,6 +211,35 @@ func (s *Server) serving(p int32) bool {
 		return s.cfg.Serves(p)
 	}
 	return s.serves[p]
+}
+
+// checkParams refuses unknown and repeated query parameters.
+func checkParams(r *http.Request, params []string) *Error {
+	q := r.URL.Query()
+	for name := range q {
+		if !slices.Contains(params, name) {
+			known := "none"
+			if len(params) > 0 {
+				known = strings.Join(params, ", ")
+			}
+			return invalid(name, fmt.Sprintf("unknown query parameter %q", name),
+				"check its spelling; this endpoint takes: "+known)
+		}
+		if len(q[name]) > 1 {
+			return invalid(name, fmt.Sprintf("query parameter %q is given %d times", name, len(q[name])), "give it once")
+		}
+	}
+	return nil
+}
+
+// verify checks the request's bearer token.
+func (s *Server) verify(r *http.Request) (*auth.Claims, *Error) {
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	claims, err := s.cfg.Keys.Verify(strings.TrimSpace(token), s.cfg.Now())
+	if err != nil {
+		return nil, authError(err)
+	}
+	return claims, nil
 }
 
 func (s *Server) servedList() string {

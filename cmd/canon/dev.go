@@ -108,6 +108,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	base := "http://" + n.httpLn.Addr().String()
 	fmt.Fprintf(w, "  health      %s/healthz  %s/readyz\n", base, base)
 	fmt.Fprintf(w, "  metrics     %s/metrics\n", base)
+	fmt.Fprintf(w, "  web UI      %s/ui/#token=%s\n              (open it in two tabs and edit a project in both)\n", base, devToken)
 	fmt.Fprintf(w, "  keys        %s (more tokens: canon token issue --keys %s …)\n", keysPath, keysPath)
 	fmt.Fprintf(w, "  dev token   %s\n              (org dev, all projects, admin, 30 days)\n", devToken)
 	log.Info("canon dev started", "version", versionString(), "http", n.httpLn.Addr().String(), "brokers", brokers)

@@ -62,6 +62,7 @@ func (s *syncBuffer) String() string {
 
 var (
 	tokenLine = regexp.MustCompile(`dev token\s+(\S+)`)
+	uiLine    = regexp.MustCompile(`web UI\s+(http://\S+)/ui/#token=(\S+)`)
 	httpLine  = regexp.MustCompile(`health\s+(http://\S+)/healthz`)
 	kafkaLine = regexp.MustCompile(`kafka\s+(\S+) \(embedded`)
 )
@@ -166,7 +167,11 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 
 	p := startDev(t, ctx, bin, data)
 	waitReady(t, ctx, p.http)
-	for _, path := range []string{"/healthz", "/metrics"} {
+	// The web UI's address carries the dev token.
+	if m := uiLine.FindStringSubmatch(p.out.String()); m == nil || m[1] != p.http || m[2] != p.token {
+		t.Fatalf("canon dev did not print the web UI's address with the dev token:\n%s", p.out.String())
+	}
+	for _, path := range []string{"/healthz", "/metrics", "/ui/"} {
 		resp, err := http.Get(p.http + path)
 		if err != nil {
 			t.Fatal(err)
@@ -178,6 +183,9 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 		}
 		if path == "/metrics" && !strings.Contains(string(body), "go_goroutines") {
 			t.Fatalf("/metrics has no Go runtime metrics")
+		}
+		if path == "/ui/" && !strings.Contains(string(body), `src="app.js"`) {
+			t.Fatalf("/ui/ is not the web UI's page: %.200s", body)
 		}
 	}
 	if out, err := exec.Command(bin, "health", "--url", p.http+"/readyz").CombinedOutput(); err != nil {

@@ -10,11 +10,12 @@ import (
 	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/readapi"
 	"github.com/canon-sync/canon/sequencer"
+	"github.com/canon-sync/canon/webui"
 )
 
 func init() {
 	roles["readapi"] = role{
-		help:  "HTTP reads, Replicache pull and the websocket; without the sequencer role, a read replica of --partitions",
+		help:  "HTTP reads, Replicache pull, the websocket and the web UI (/ui/); without the sequencer role, a read replica of --partitions",
 		setup: setupReadAPI,
 	}
 }
@@ -67,6 +68,13 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		return nil, err
 	}
 	srv.Mount(n.mux)
+	// The web UI: static assets that use the API above, at /ui/ (and /
+	// redirects there).
+	ui, err := webui.New()
+	if err != nil {
+		return nil, err
+	}
+	ui.Mount(n.mux)
 
 	// The websocket: versions of a project live, and pushes on the socket
 	// through the node's producer (or one of its own).

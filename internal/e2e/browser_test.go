@@ -1,0 +1,384 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/projector/live"
+	"github.com/canon-sync/canon/readapi"
+	"github.com/canon-sync/canon/webui"
+)
+
+// startUIServer serves what the readapi role serves in canon dev (the
+// read API, the websocket with pushes, the web UI) plus the producer's
+// HTTP push, on one server over the pipeline's store.
+func startUIServer(t *testing.T, ctx context.Context, pl *pipeline) string {
+	t.Helper()
+	p, err := producer.New(producer.Config{Kafka: pl.kcfg, Topics: pl.info.Names, Keys: pl.keys.VerifyOnly(),
+		Partitions: pl.info.Partitions, SequencerGroup: pl.group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ra, err := readapi.New(readapi.Config{Store: pl.store, Keys: pl.keys.VerifyOnly()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := live.New(live.Config{Store: pl.store, Kafka: pl.kcfg, Topics: pl.info.Names, Keys: pl.keys.VerifyOnly(), Pusher: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ui, err := webui.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	p.Mount(mux)
+	ra.Mount(mux)
+	ws.Mount(mux)
+	ui.Mount(mux)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ws.Run(wctx) }()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("live: %v", err)
+		}
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// push pushes mutations over HTTP and waits for their outcomes.
+func push(t *testing.T, base, token, project, group string, muts ...map[string]any) []producer.Outcome {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"clientGroup": group, "mutations": muts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/projects/acme/"+project+"/push?wait=applied", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Outcomes []producer.Outcome `json:"outcomes"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &out) != nil || len(out.Outcomes) != len(muts) {
+		t.Fatalf("push: %d %s", resp.StatusCode, body)
+	}
+	return out.Outcomes
+}
+
+// tab is one browser page, with the JavaScript exceptions it threw.
+type tab struct {
+	name string
+	// ctx is the tab's: it lives until the test ends, so that a failed
+	// test still gets its screenshots. Steps run until deadline.
+	ctx      context.Context
+	deadline time.Time
+	mu       sync.Mutex
+	errs     []string
+}
+
+func newTab(parent context.Context, name string, deadline time.Time) (*tab, context.CancelFunc) {
+	tb := &tab{name: name, deadline: deadline}
+	ctx, cancel := chromedp.NewContext(parent, chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
+			d := e.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			tb.mu.Lock()
+			tb.errs = append(tb.errs, fmt.Sprintf("%s (%s:%d:%d)", msg, d.URL, d.LineNumber+1, d.ColumnNumber+1))
+			tb.mu.Unlock()
+		}
+	}))
+	tb.ctx = ctx
+	return tb, cancel
+}
+
+func (tb *tab) exceptions() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return append([]string(nil), tb.errs...)
+}
+
+// start opens the tab (the browser with the first one). The first run on
+// a context sets the tab's life: that of its context, not a step's.
+func (tb *tab) start(t *testing.T) {
+	t.Helper()
+	if err := chromedp.Do(tb.ctx); err != nil {
+		t.Fatalf("%s: open: %v", tb.name, err)
+	}
+}
+
+// run runs actions in the tab, failing the test with what it was doing.
+func (tb *tab) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %s: %v (JavaScript exceptions: %v)", tb.name, what, err, tb.exceptions())
+	}
+}
+
+// eval evaluates a JavaScript expression in the tab.
+func (tb *tab) eval(t *testing.T, expr string) string {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("%s: evaluate %s: %v", tb.name, expr, err)
+	}
+	return v
+}
+
+// until waits, without a time limit of its own (the test's context has
+// one), for a JavaScript condition to hold in the page.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, t)
+		if err != nil {
+			return fmt.Errorf("wait for %s: %w", expr, err)
+		}
+		return nil
+	})
+}
+
+// textHas is a condition: the element's text contains s.
+func textHas(selector, s string) string {
+	return fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? "").includes(%q)`, selector, s)
+}
+
+func visible(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(selector))
+}
+
+func click(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.Click(chromedp.CSS(selector), chromedp.NodeVisible)
+}
+
+func setValue(selector, value string) chromedp.Action[chromedp.Void] {
+	return chromedp.SetValue(chromedp.CSS(selector), value)
+}
+
+// choose picks an option of a select, as a user does (a change event).
+func choose(selector, value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		ok, err := chromedp.Evaluate[bool](fmt.Sprintf(
+			`(s => { s.value = %q; s.dispatchEvent(new Event("change")); return s.value === %q })(document.querySelector(%q))`,
+			value, value, selector))(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s has no option %q", selector, value)
+		}
+		return err
+	})
+}
+
+// shot saves a screenshot of the whole page as dir/name.png.
+func (tb *tab) shot(t *testing.T, dir, name string) {
+	t.Helper()
+	// Past the deadline too: the screenshot of a failure is the point.
+	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("%s: screenshot %s: %v", tb.name, name, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Error(err)
+	}
+}
+
+// Two pages on one project in headless Chromium: an edit in one appears
+// in the other, both see the timeline with every outcome (applied, error,
+// a gap's rejection), a past version reads as it was and a branch starts
+// from it, and an item's history shows the diff between its versions.
+func TestBrowserTwoPagesEditLive(t *testing.T) {
+	chromium := testenv.Chromium(t)
+	artifacts := testenv.ArtifactDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pl := startPipeline(t, ctx, 2)
+	base := startUIServer(t, ctx, pl)
+	token := pl.token(t, "ann", "*")
+
+	// The project exists with one item before the pages open.
+	if o := push(t, base, token, "web", "seed", map[string]any{"client": "seed", "id": 1, "name": "item.put",
+		"args": map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hello"}}}); o[0].Status != "applied" {
+		t.Fatalf("seed: %+v", o)
+	}
+
+	// The browser lives as long as the test, without the deadline of
+	// the steps (see tab).
+	deadline, _ := ctx.Deadline()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
+		chromedp.UserDataDir(t.TempDir()))...)
+	defer cancelAlloc()
+	// Two tabs of one browser: one local storage (the token, the client
+	// group), a session storage and so a client id each.
+	a, cancelA := newTab(alloc, "page A", deadline)
+	defer cancelA()
+	a.start(t)
+	b, cancelB := newTab(a.ctx, "page B", deadline)
+	defer cancelB()
+	b.start(t)
+	defer func() {
+		if t.Failed() {
+			a.shot(t, artifacts, "failed-a")
+			b.shot(t, artifacts, "failed-b")
+			t.Logf("screenshots in %s", artifacts)
+		}
+	}()
+
+	// A signs in with the token in the fragment and opens the project
+	// from the list; B opens it by its address.
+	a.run(t, "list the projects",
+		chromedp.Navigate(base+"/ui/#token="+token),
+		visible(`a[data-project="web"]`),
+		until(`!location.hash.includes("token")`))
+	a.shot(t, artifacts, "1-projects")
+	a.run(t, "open the project",
+		click(`a[data-project="web"]`),
+		visible(`#status[data-state="live"]`),
+		until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
+	b.run(t, "open the project",
+		chromedp.Navigate(base+"/ui/#/p/acme/web"),
+		visible(`#status[data-state="live"]`),
+		until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
+	clientA := a.eval(t, `sessionStorage.getItem("canon.client") ?? ""`)
+	clientB := b.eval(t, `sessionStorage.getItem("canon.client") ?? ""`)
+	if clientA == "" || clientA == clientB {
+		t.Fatalf("the pages push as clients %q and %q: each needs its own", clientA, clientB)
+	}
+
+	// A edits n1; B sees the new body.
+	a.run(t, "open n1",
+		click(`tr[data-item="notes/n1"] a`),
+		visible(`#editor`),
+		until(textHas(`#diff`, `"text": "hello"`)),
+		setValue(`#editor`, `{"text": "hello from A"}`))
+	saved := time.Now()
+	a.run(t, "save n1", click(`#save`))
+	b.run(t, "see A's edit", until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello from A"`)))
+	t.Logf("page B showed page A's edit %v after the click on Save (polled every 50ms)", time.Since(saved).Round(time.Millisecond))
+	a.run(t, "see the edit applied", visible(`#outcomes li[data-id="1"][data-status="applied"]`))
+	a.shot(t, artifacts, "2-a-edited")
+	b.run(t, "see A's edit in the timeline", until(textHas(`#timeline li[data-version="2"]`, clientA)))
+	b.shot(t, artifacts, "3-b-sees-edit")
+
+	// B adds n2; A, on n1's page, sees it in the timeline, then in the list.
+	b.run(t, "add n2",
+		setValue(`#new-id`, "n2"),
+		setValue(`#new-data`, `{"text": "from B"}`),
+		click(`#new-put`),
+		visible(`#outcomes li[data-id="1"][data-status="applied"]`),
+		visible(`tr[data-item="notes/n2"]`))
+	a.run(t, "see B's item",
+		until(textHas(`#timeline li[data-version="3"]`, "notes/n2")),
+		click(`#crumbs a:nth-of-type(2)`),
+		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
+
+	// A names the project (a scalar); B sees the name.
+	a.run(t, "set the project's name",
+		setValue(`#scalar-name`, "name"),
+		setValue(`#scalar-value`, `"Web site"`),
+		click(`#scalar-set`),
+		visible(`#outcomes li[data-id="2"][data-status="applied"]`))
+	b.run(t, "see the name", until(textHas(`dl.scalars`, `"Web site"`)))
+
+	// Outcomes other than applied, pushed by another client: an error
+	// (recorded in a version) and a gap (rejected, no version).
+	if o := push(t, base, token, "web", "bot", map[string]any{"client": "bot", "id": 1, "name": "item.delete",
+		"args": map[string]any{"collection": "notes", "id": "missing"}}); o[0].Status != "error" {
+		t.Fatalf("delete of a missing item: %+v", o)
+	}
+	if o := push(t, base, token, "web", "bot", map[string]any{"client": "bot", "id": 5, "name": "item.put",
+		"args": map[string]any{"collection": "notes", "id": "n5", "data": 5}}); o[0].Status != "rejected" || o[0].Reason != "gap" {
+		t.Fatalf("a gap: %+v", o)
+	}
+	for _, p := range []*tab{a, b} {
+		p.run(t, "see the error and the gap",
+			until(textHas(`#timeline li[data-version="5"] li.mutation[data-status="error"]`, "does not exist")),
+			until(textHas(`#timeline li.rejected[data-reason="gap"][data-client="bot"]`, "expected #2")))
+	}
+	b.shot(t, artifacts, "4-b-outcomes")
+
+	// B opens version 1 from the timeline: n1 as it was, no n2.
+	b.run(t, "open version 1",
+		click(`#timeline li[data-version="1"] > a`),
+		visible(`#past[data-at="1"]`),
+		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
+		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
+	b.shot(t, artifacts, "5-b-version-1")
+	// … and starts a branch there: its version 1 is main's version 1.
+	b.run(t, "start a branch from version 1",
+		setValue(`#branch-name`, "draft"),
+		click(`#branch-create`),
+		until(`location.hash.includes("branch=draft")`),
+		visible(`#status[data-state="live"]`),
+		until(textHas(`#timeline li[data-version="1"]`, "from main@v1")),
+		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
+		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
+	b.shot(t, artifacts, "6-b-branch")
+	// The branch select lists both; picking main goes back to it.
+	b.run(t, "go back to main",
+		until(textHas(`#branch`, "draft (v1)")),
+		until(textHas(`#branch`, "main (v5)")),
+		choose(`#branch`, "main"),
+		until(`!location.hash.includes("branch=")`),
+		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
+
+	// A opens n1's history: versions 1 and 2, and the diff between them.
+	a.run(t, "open n1's history",
+		click(`tr[data-item="notes/n1"] a`),
+		visible(`#history tr[data-version="2"]`),
+		visible(`#history tr[data-version="1"]`),
+		visible(`#diff[data-from="1"][data-to="2"]`),
+		until(textHas(`#diff .del`, `"text": "hello"`)),
+		until(textHas(`#diff .add`, `"text": "hello from A"`)))
+	a.shot(t, artifacts, "7-a-history-diff")
+
+	// A token the server refuses brings the sign-in page back, with why.
+	a.run(t, "use a bad token",
+		chromedp.Navigate(base+"/ui/#/?token=not.a.token"),
+		visible(`#use-token`),
+		until(textHas(`main .error`, "The token was refused")))
+	a.shot(t, artifacts, "8-a-refused-token")
+
+	for _, p := range []*tab{a, b} {
+		if errs := p.exceptions(); len(errs) > 0 {
+			t.Errorf("%s threw: %s", p.name, strings.Join(errs, "\n"))
+		}
+	}
+}
