@@ -23,7 +23,8 @@ build: ## Build bin/canon
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/canon ./cmd/canon
 
 .PHONY: run
-run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080)
+run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080), with a local ClickHouse when it can
+	@scripts/dev-clickhouse $(DATA)
 	$(BIN)/canon dev --data $(DATA) --http $(HTTP)
 
 .PHONY: deps
