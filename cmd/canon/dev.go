@@ -71,6 +71,14 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w (pass --data with a writable directory)", err)
 	}
+	stopClickHouse, err := startDevClickHouse(ctx, &f.clickhouse, data, log)
+	if err != nil {
+		return err
+	}
+	if stopClickHouse != nil {
+		defer stopClickHouse()
+	}
+
 	brokers := f.kafka.brokers
 	kafkaNote := "external"
 	if len(brokers) == 0 {
@@ -89,14 +97,6 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		}()
 		brokers = emb.Brokers()
 		kafkaNote = "embedded, data in " + filepath.Join(data, "kafka")
-	}
-
-	stopClickHouse, err := startDevClickHouse(ctx, &f.clickhouse, data, log)
-	if err != nil {
-		return err
-	}
-	if stopClickHouse != nil {
-		defer stopClickHouse()
 	}
 
 	n, err := newNode(ctx, log, brokers, &f.kafka, f.http, data)

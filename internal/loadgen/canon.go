@@ -126,17 +126,34 @@ type usage struct {
 }
 
 func (p *canonProc) usage(ctx context.Context) (usage, error) {
-	proc, err := procfs.NewProc(p.cmd.Process.Pid)
+	st, err := p.stat()
 	if err != nil {
-		return usage{}, fmt.Errorf("read /proc of canon: %w", err)
-	}
-	st, err := proc.Stat()
-	if err != nil {
-		return usage{}, fmt.Errorf("read /proc of canon: %w", err)
+		return usage{}, err
 	}
 	u := usage{cpu: time.Duration(st.CPUTime() * float64(time.Second)), rss: int64(st.ResidentMemory())}
 	u.allocated, err = p.metric(ctx, "go_memstats_alloc_bytes_total")
 	return u, err
+}
+
+// rss is the process's resident set now, in bytes.
+func (p *canonProc) rss() (int64, error) {
+	st, err := p.stat()
+	if err != nil {
+		return 0, err
+	}
+	return int64(st.ResidentMemory()), nil
+}
+
+func (p *canonProc) stat() (procfs.ProcStat, error) {
+	proc, err := procfs.NewProc(p.cmd.Process.Pid)
+	if err != nil {
+		return procfs.ProcStat{}, fmt.Errorf("read /proc of canon: %w", err)
+	}
+	st, err := proc.Stat()
+	if err != nil {
+		return procfs.ProcStat{}, fmt.Errorf("read /proc of canon: %w", err)
+	}
+	return st, nil
 }
 
 // metric reads one unlabelled counter or gauge from canon's /metrics.

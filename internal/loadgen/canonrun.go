@@ -242,9 +242,9 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	peak := u0.rss
 	var peakMu sync.Mutex
 	sampleRSS := func() {
-		if u, err := r.canon.usage(ctx); err == nil {
+		if rss, err := r.canon.rss(); err == nil {
 			peakMu.Lock()
-			peak = max(peak, u.rss)
+			peak = max(peak, rss)
 			peakMu.Unlock()
 		}
 	}
