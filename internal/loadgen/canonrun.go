@@ -26,8 +26,9 @@ type CanonResult struct {
 	// WebsocketVersions and WebsocketMutations arrived on the websockets.
 	WebsocketVersions, WebsocketMutations int
 	// ClickHouseVersions and ClickHouseMutations are the rows of the run's
-	// projects in ClickHouse at the end (FINAL).
-	ClickHouseVersions, ClickHouseMutations uint64
+	// projects in ClickHouse at the end (FINAL), ClickHouseApplied the
+	// mutations with status applied.
+	ClickHouseVersions, ClickHouseMutations, ClickHouseApplied uint64
 	// PushToWebsocket, PushToApplied and ClickHouseLag are latencies; see
 	// the package comment.
 	PushToWebsocket, PushToApplied, ClickHouseLag Latencies
@@ -408,8 +409,9 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	res.ClickHouseLag = latencies(lags)
 
 	q := "SELECT (SELECT count() FROM " + r.database + ".versions FINAL WHERE org = ? AND version > 1), " +
-		"(SELECT count() FROM " + r.database + ".mutations FINAL WHERE org = ? AND version > 1)"
-	if err := r.ch.QueryRow(ctx, q, r.org, r.org).Scan(&res.ClickHouseVersions, &res.ClickHouseMutations); err != nil {
+		"(SELECT count() FROM " + r.database + ".mutations FINAL WHERE org = ? AND version > 1), " +
+		"(SELECT count() FROM " + r.database + ".mutations FINAL WHERE org = ? AND version > 1 AND status = 'applied')"
+	if err := r.ch.QueryRow(ctx, q, r.org, r.org, r.org).Scan(&res.ClickHouseVersions, &res.ClickHouseMutations, &res.ClickHouseApplied); err != nil {
 		return res, fmt.Errorf("count the run's rows in ClickHouse: %w", err)
 	}
 	return res, nil

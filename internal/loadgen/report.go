@@ -105,8 +105,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f |\n", float64(c.PeakRSS)/(1<<20))
 	fmt.Fprintf(&b, "| args per mutation (bytes, mean) | %.0f |\n", per(float64(c.ArgsBytes)))
 	fmt.Fprintf(&b, "| pushes; outcomes applied / error / duplicate | %d; %d / %d / %d |\n", c.Pushes, c.Applied, c.Errors, c.Duplicates)
-	fmt.Fprintf(&b, "| versions on websockets / in ClickHouse; mutations in ClickHouse | %d / %d; %d |\n",
-		c.WebsocketVersions, c.ClickHouseVersions, c.ClickHouseMutations)
+	fmt.Fprintf(&b, "| versions on websockets / in ClickHouse; mutations in ClickHouse (applied) | %d / %d; %d (%d) |\n",
+		c.WebsocketVersions, c.ClickHouseVersions, c.ClickHouseMutations, c.ClickHouseApplied)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
