@@ -27,9 +27,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
-// InstallCommand installs Debian's ClickHouse server; it is what errors
-// and `canon dev` tell a user to run.
-const InstallCommand = "sudo apt-get update && sudo apt-get install -y clickhouse-server"
+// InstallCommand installs Debian's ClickHouse server and client; it is
+// what errors and `canon dev` tell a user to run.
+const InstallCommand = "sudo apt-get update && sudo apt-get install -y clickhouse-server clickhouse-client"
 
 // ErrNotInstalled means no ClickHouse server binary was found.
 var ErrNotInstalled = errors.New("clickhouse-server not found in /usr/sbin or on PATH")
@@ -57,7 +57,7 @@ func Install(ctx context.Context, log io.Writer) error {
 	}
 	for _, args := range [][]string{
 		{"apt-get", "update"},
-		{"apt-get", "install", "-y", "clickhouse-server"},
+		{"apt-get", "install", "-y", "clickhouse-server", "clickhouse-client"},
 	} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
