@@ -13,6 +13,7 @@ HTTP      ?= 127.0.0.1:8080
 GOLANGCI_LINT_VERSION := v2.15.0
 TEST_TIMEOUT ?= 25m
 PKGS      ?= ./...
+BENCH_FLAGS ?=
 
 .PHONY: help
 help: ## List the tasks
@@ -23,7 +24,8 @@ build: ## Build bin/canon
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/canon ./cmd/canon
 
 .PHONY: run
-run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080)
+run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080), with a local ClickHouse when it can
+	@scripts/dev-clickhouse $(DATA)
 	$(BIN)/canon dev --data $(DATA) --http $(HTTP)
 
 .PHONY: deps
@@ -39,7 +41,12 @@ test-short: ## Run the unit tests only (no Kafka, no ClickHouse)
 	$(GO) test -race -short -count=1 $(PKGS)
 
 .PHONY: bench
-bench: deps ## Run the benchmarks against the real servers
+bench: deps build ## End-to-end load test, Canon beside raw Kafka on real servers (BENCH_FLAGS=…; results in bench-results/)
+	$(GO) build -o $(BIN)/canon-bench ./cmd/canon-bench
+	$(GO) run ./internal/testenv/run -- $(BIN)/canon-bench --canon $(BIN)/canon --out bench-results $(BENCH_FLAGS)
+
+.PHONY: bench-go
+bench-go: deps ## Run the Go benchmarks (go test -bench) against the real servers
 	$(GO) run ./internal/testenv/run -- $(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m $(PKGS)
 
 .PHONY: lint

@@ -22,6 +22,7 @@ type devFlags struct {
 	data        string
 	http        string
 	kafkaListen string
+	clickhouse  devClickHouseFlags
 }
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -34,10 +35,16 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 Unless --brokers is given, an embedded Kafka-protocol broker (franz-go's kfake)
 runs inside the process with its logs under DATA/kafka, so nothing else needs
 to be installed. Canon's topics are created on first start. Stop with Ctrl-C;
-the next start reuses the same data.`,
+the next start reuses the same data.
+
+Unless --clickhouse is given, an installed clickhouse-server (Debian's
+package) is started on 127.0.0.1 with its data under DATA/clickhouse, and the
+history projector writes the edit history into it; without one, everything
+else runs and the command that installs it is printed.`,
 		Example: `  canon dev
   canon dev --data /tmp/canon --http 127.0.0.1:9000
-  canon dev --brokers localhost:9092   # use a running Kafka instead`,
+  canon dev --brokers localhost:9092   # use a running Kafka instead
+  canon dev --clickhouse localhost:9000   # use a running ClickHouse instead`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -52,6 +59,7 @@ the next start reuses the same data.`,
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")
+	f.clickhouse.register(cmd)
 	return cmd
 }
 
@@ -63,6 +71,14 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w (pass --data with a writable directory)", err)
 	}
+	stopClickHouse, err := startDevClickHouse(ctx, &f.clickhouse, data, log)
+	if err != nil {
+		return err
+	}
+	if stopClickHouse != nil {
+		defer stopClickHouse()
+	}
+
 	brokers := f.kafka.brokers
 	kafkaNote := "external"
 	if len(brokers) == 0 {
@@ -119,7 +135,8 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "  roles       %s\n\n", strings.Join(names, ", "))
+	fmt.Fprintf(w, "  roles       %s\n", strings.Join(names, ", "))
+	printTryIt(w, base, devToken)
 	err = n.run(ctx, components...)
 	log.Info("canon dev stopping")
 	return err

@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canon-sync/canon/internal/chserver"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -39,6 +41,9 @@ type devProc struct {
 	drained chan struct{} // closed when all output was read
 	http    string
 	brokers string
+	// history is the local ClickHouse's address, empty when canon dev
+	// started none.
+	history string
 	exited  chan error
 }
 
@@ -65,12 +70,14 @@ var (
 	uiLine    = regexp.MustCompile(`web UI\s+(http://\S+)/ui/#token=(\S+)`)
 	httpLine  = regexp.MustCompile(`health\s+(http://\S+)/healthz`)
 	kafkaLine = regexp.MustCompile(`kafka\s+(\S+) \(embedded`)
+	chLine    = regexp.MustCompile(`history\s+ClickHouse (\S+) \(local`)
+	rolesLine = regexp.MustCompile(`^\s+roles\s`)
 )
 
 // startDev runs `canon dev` and waits until its banner names its addresses.
 func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 	t.Helper()
-	cmd := exec.Command(bin, "dev", "--data", data, "--http", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "dev", "--data", data, "--http", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0", "--clickhouse-port", "0")
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -88,7 +95,7 @@ func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 		close(lines)
 	}()
 	go func() { p.exited <- cmd.Wait(); pw.Close() }()
-	var httpURL, brokers, token string
+	var httpURL, brokers, token, history string
 	go func() {
 		defer close(p.drained)
 		done := false
@@ -103,7 +110,11 @@ func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 			if m := tokenLine.FindStringSubmatch(l); m != nil {
 				token = m[1]
 			}
-			if !done && httpURL != "" && brokers != "" && token != "" {
+			if m := chLine.FindStringSubmatch(l); m != nil {
+				history = m[1]
+			}
+			// The roles line comes after the history line.
+			if !done && httpURL != "" && brokers != "" && token != "" && rolesLine.MatchString(l) {
 				done = true
 				close(found)
 			}
@@ -111,7 +122,7 @@ func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
 	}()
 	select {
 	case <-found:
-		p.http, p.brokers, p.token = httpURL, brokers, token // published by close(found)
+		p.http, p.brokers, p.token, p.history = httpURL, brokers, token, history // published by close(found)
 	case err := <-p.exited:
 		t.Fatalf("canon dev exited early: %v\n%s", err, p.out.String())
 	case <-ctx.Done():
@@ -228,6 +239,17 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 		t.Fatalf("version %+v", version)
 	}
 
+	// The history projector writes the mutation into the local ClickHouse.
+	withClickHouse := chserver.FindBinary() != nil
+	if withClickHouse {
+		if p.history == "" {
+			t.Fatalf("clickhouse-server is installed but canon dev started no local ClickHouse:\n%s", p.out.String())
+		}
+		waitHistory(t, ctx, p.history, 1)
+	} else if p.history != "" || !strings.Contains(p.out.String(), chserver.InstallCommand) {
+		t.Fatalf("without clickhouse-server canon dev should run without history and print %q:\n%s", chserver.InstallCommand, p.out.String())
+	}
+
 	cl, err := kgo.NewClient(kgo.SeedBrokers(p.brokers))
 	if err != nil {
 		t.Fatal(err)
@@ -257,12 +279,45 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 	if recs := fs.Records(); len(recs) != 1 || string(recs[0].Value) != "survives" {
 		t.Fatalf("after restart read %d records, want the one written before", len(recs))
 	}
+	if withClickHouse {
+		// The history made before the restart is still there.
+		waitHistory(t, ctx, p.history, 1)
+	}
+	history := p.history
 	second := p.stop(t)
+	if history != "" {
+		if err := chserver.Ping(ctx, history); err == nil {
+			t.Fatalf("the local ClickHouse at %s still answers after canon dev stopped", history)
+		}
+	}
 	if out, err := exec.Command(bin, "health", "--url", p.http+"/readyz", "--timeout", "1s").CombinedOutput(); err == nil {
 		t.Fatalf("canon health succeeded against a stopped canon: %s", out)
 	}
 	if strings.Contains(second, "created topic") {
 		t.Fatalf("second start created topics again:\n%s", second)
+	}
+}
+
+// waitHistory waits until the canon database at addr holds want mutations
+// of dev/demo.
+func waitHistory(t *testing.T, ctx context.Context, addr string, want uint64) {
+	t.Helper()
+	conn, err := clickhouse.Open(chserver.Options(addr, "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n uint64
+	for {
+		err = conn.QueryRow(ctx, "SELECT count() FROM canon.mutations FINAL WHERE org = 'dev' AND project = 'demo'").Scan(&n)
+		if err == nil && n == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("ClickHouse at %s holds %d mutations of dev/demo, want %d (last error: %v)", addr, n, want, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 

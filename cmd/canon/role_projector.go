@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +40,9 @@ type clickhouseFlags struct {
 	// --clickhouse is given.
 	optional bool
 	out      io.Writer
+	// localDir is set when `canon dev` started the ClickHouse at addr
+	// itself, with its data there; offNote says why the history is off.
+	localDir, offNote string
 }
 
 // activeClickHouse holds the ClickHouse flags of the command this process
@@ -86,7 +88,7 @@ func setupProjector(n *node) (func(context.Context) error, error) {
 	}
 	if len(f.addr) == 0 {
 		if f.optional {
-			fmt.Fprintf(f.out, "  history     off (project edit history into ClickHouse: canon dev --clickhouse localhost:9000)\n")
+			fmt.Fprintf(f.out, "  history     %s\n", f.historyLine())
 			return func(ctx context.Context) error { <-ctx.Done(); return nil }, nil
 		}
 		return nil, usageError{fmt.Errorf("the projector role writes to ClickHouse: pass --clickhouse host:port (native protocol) or set CANON_CLICKHOUSE")}
@@ -108,7 +110,7 @@ func setupProjector(n *node) (func(context.Context) error, error) {
 		return nil, usageError{err}
 	}
 	if f.optional {
-		fmt.Fprintf(f.out, "  history     ClickHouse %s, database %s (see docs/analytics.md)\n", strings.Join(f.addr, ","), f.database)
+		fmt.Fprintf(f.out, "  history     %s\n", f.historyLine())
 	}
 	n.ready.Add("projector", p.Ready)
 	return p.Run, nil

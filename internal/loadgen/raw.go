@@ -1,0 +1,178 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/schemas"
+)
+
+// RawResult is what the raw Kafka baseline measured: the same mutation
+// records, produced by one goroutine per client in the same batches
+// (ProduceSync, acks=all, idempotent, linger 1ms, keyed by project like
+// Canon's producer) and consumed back by one consumer.
+type RawResult struct {
+	Records, Consumed int
+	Bytes             int64
+	// Elapsed is from the first produce to the last record consumed.
+	Elapsed time.Duration
+	// Latency is from the start of a record's produce to its consumption.
+	Latency Latencies
+
+	samples []sample
+}
+
+// headerSent carries the produce time (Unix ns) of a baseline record; the
+// only difference from the records Canon's producer writes.
+const headerSent = "bench-sent"
+
+func (r *run) runRaw(ctx context.Context, batches [][]int) (RawResult, error) {
+	cfg := r.cfg
+	var res RawResult
+	for _, bs := range batches {
+		for _, n := range bs {
+			res.Records += n
+		}
+	}
+	topic := r.prefix + "raw.mutations"
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		return res, err
+	}
+	defer admCl.Close()
+	maxBytes := fmt.Sprint(kafka.DefaultMaxMessageBytes)
+	cr, err := kadm.NewClient(admCl).CreateTopic(ctx, int32(cfg.Partitions), -1, map[string]*string{"max.message.bytes": &maxBytes}, topic)
+	if err == nil {
+		err = cr.Err
+	}
+	if err != nil {
+		return res, fmt.Errorf("create %s: %w", topic, err)
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(time.Millisecond),
+		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		return res, err
+	}
+	defer prod.Close()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(8<<20), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return res, err
+	}
+	defer cons.Close()
+
+	// Warm up: metadata, producer id and the consumer's first fetch; the
+	// record is not counted.
+	warm := &kgo.Record{Key: []byte("warm-up"), Value: []byte("{}"),
+		Headers: []kgo.RecordHeader{{Key: headerSent, Value: binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))}}}
+	if err := prod.ProduceSync(ctx, warm).FirstErr(); err != nil {
+		return res, fmt.Errorf("produce to %s: %w", topic, err)
+	}
+	for seen := false; !seen; {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			return res, fmt.Errorf("consume %s: %w", topic, err)
+		}
+		seen = fs.NumRecords() > 0
+	}
+
+	start := time.Now()
+	var (
+		last    time.Time
+		samples = make([]sample, 0, res.Records)
+	)
+	consumed := make(chan error, 1)
+	cctx, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+	go func() {
+		for len(samples) < res.Records {
+			fs := cons.PollFetches(cctx)
+			if err := fs.Err0(); err != nil {
+				consumed <- fmt.Errorf("consume %s: %w", topic, err)
+				return
+			}
+			at := time.Now()
+			fs.EachRecord(func(rec *kgo.Record) {
+				for _, h := range rec.Headers {
+					if h.Key == headerSent && len(h.Value) == 8 {
+						sent := time.Unix(0, int64(binary.BigEndian.Uint64(h.Value)))
+						samples = append(samples, sample{at: at.Sub(start), latency: at.Sub(sent)})
+					}
+				}
+			})
+			last = at
+		}
+		consumed <- nil
+	}()
+
+	var bytesMu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	for i, sizes := range batches {
+		g.Go(func() error {
+			name := clientName(i)
+			project := r.project(i)
+			key := schemas.ProjectKey(r.org, project)
+			gen := newGenerator(cfg.Seed, name, cfg.Mix, cfg.Batch, cfg.LargeMin, cfg.LargeMax)
+			var id uint64
+			var n int64
+			for _, size := range sizes {
+				ops := gen.nextBatch()[:size]
+				now := time.Now()
+				recs := make([]*kgo.Record, len(ops))
+				for j, o := range ops {
+					id++
+					v, err := schemas.EncodeMutation(&schemas.Mutation{Org: r.org, Project: project, Branch: "main",
+						ClientGroup: "g-" + name, Client: name, ID: id, Name: o.name, Args: o.args,
+						TS: now.UnixMilli(), Principal: "bench:" + name, ReceivedAt: now.UnixMilli()}, schemas.DefaultLimits())
+					if err != nil {
+						return err
+					}
+					n += int64(len(v))
+					recs[j] = &kgo.Record{Key: key, Value: v, Headers: []kgo.RecordHeader{
+						{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)},
+						{Key: headerSent, Value: binary.BigEndian.AppendUint64(nil, uint64(now.UnixNano()))},
+					}}
+				}
+				if err := prod.ProduceSync(gctx, recs...).FirstErr(); err != nil {
+					return fmt.Errorf("produce to %s: %w", topic, err)
+				}
+			}
+			bytesMu.Lock()
+			res.Bytes += n
+			bytesMu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
+	}
+	wait := time.NewTimer(cfg.DrainTimeout)
+	defer wait.Stop()
+	select {
+	case err := <-consumed:
+		if err != nil {
+			return res, err
+		}
+	case <-wait.C:
+		stopConsuming()
+		if err := <-consumed; err != nil && !errors.Is(err, context.Canceled) {
+			return res, err
+		}
+		return res, fmt.Errorf("consumed %d of %d records within %s", len(samples), res.Records, cfg.DrainTimeout)
+	}
+	res.Consumed = len(samples)
+	res.Elapsed = last.Sub(start)
+	res.samples = samples
+	res.Latency = latencies(samples)
+	return res, nil
+}

@@ -1,0 +1,201 @@
+package loadgen
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// Latencies are percentiles of a set of latencies.
+type Latencies struct {
+	N                   int
+	P50, P99, P999, Max time.Duration
+}
+
+func latencies(s []sample) Latencies {
+	if len(s) == 0 {
+		return Latencies{}
+	}
+	ls := make([]time.Duration, len(s))
+	for i, x := range s {
+		ls[i] = x.latency
+	}
+	slices.Sort(ls)
+	q := func(p float64) time.Duration { return ls[min(len(ls)-1, int(p*float64(len(ls))))] }
+	return Latencies{N: len(ls), P50: q(0.50), P99: q(0.99), P999: q(0.999), Max: ls[len(ls)-1]}
+}
+
+// Report is the result of a run.
+type Report struct {
+	Config  Config
+	Started time.Time
+	// TopicPrefix and Database name what the run created (and, without
+	// Config.Keep, deleted).
+	TopicPrefix, Database string
+	Canon                 CanonResult
+	Raw                   RawResult
+}
+
+// Throughput is Canon's decided mutations per second.
+func (c CanonResult) Throughput() float64 { return perSecond(c.Mutations, c.Elapsed) }
+
+// Throughput is the baseline's consumed records per second.
+func (r RawResult) Throughput() float64 { return perSecond(r.Consumed, r.Elapsed) }
+
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// WriteMarkdown writes the report as a markdown section with its tables.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	c, raw, cfg := r.Canon, r.Raw, r.Config
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Canon load test, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "%d clients (package client, batches of %d, each waiting for its outcomes) over %d projects for %s; "+
+		"mix %s; large items %d-%d KiB; %d partitions; %d CPUs shared by the load generator, Canon, Kafka and ClickHouse.\n\n",
+		cfg.Clients, cfg.Batch, cfg.Projects, c.Elapsed.Round(time.Second), cfg.Mix, cfg.LargeMin>>10, cfg.LargeMax>>10,
+		cfg.Partitions, runtime.NumCPU())
+	b.WriteString("| | Canon: push → websocket | raw Kafka: produce → consume | Canon / raw |\n")
+	b.WriteString("| --- | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&b, "| mutations | %d | %d | |\n", c.WebsocketMutations, raw.Consumed)
+	fmt.Fprintf(&b, "| throughput (mutations/s) | %.0f | %.0f | %s |\n", c.Throughput(), raw.Throughput(), ratio(c.Throughput(), raw.Throughput()))
+	for _, row := range []struct {
+		name   string
+		cv, rv time.Duration
+	}{
+		{"latency p50 (ms)", c.PushToWebsocket.P50, raw.Latency.P50},
+		{"latency p99 (ms)", c.PushToWebsocket.P99, raw.Latency.P99},
+		{"latency p99.9 (ms)", c.PushToWebsocket.P999, raw.Latency.P999},
+		{"latency max (ms)", c.PushToWebsocket.Max, raw.Latency.Max},
+	} {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", row.name, ms(row.cv), ms(row.rv), ratio(float64(row.cv), float64(row.rv)))
+	}
+	b.WriteString("\n| Canon | |\n| --- | ---: |\n")
+	fmt.Fprintf(&b, "| push → applied answer p50 / p99 / p99.9 (ms) | %s / %s / %s |\n", ms(c.PushToApplied.P50), ms(c.PushToApplied.P99), ms(c.PushToApplied.P999))
+	fmt.Fprintf(&b, "| ClickHouse visibility lag after the websocket p50 / p99 / p99.9 (ms, polled every %s) | %s / %s / %s |\n",
+		cfg.PollInterval, ms(c.ClickHouseLag.P50), ms(c.ClickHouseLag.P99), ms(c.ClickHouseLag.P999))
+	per := func(v float64) float64 {
+		if c.Mutations == 0 {
+			return 0
+		}
+		return v / float64(c.Mutations)
+	}
+	fmt.Fprintf(&b, "| CPU per mutation (ms, canon process) | %.2f |\n", per(float64(c.CPU)/float64(time.Millisecond)))
+	fmt.Fprintf(&b, "| Go heap allocated per mutation (KiB) | %.1f |\n", per(c.Allocated)/1024)
+	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f |\n", float64(c.PeakRSS)/(1<<20))
+	fmt.Fprintf(&b, "| args per mutation (bytes, mean) | %.0f |\n", per(float64(c.ArgsBytes)))
+	fmt.Fprintf(&b, "| pushes; outcomes applied / error / duplicate | %d; %d / %d / %d |\n", c.Pushes, c.Applied, c.Errors, c.Duplicates)
+	fmt.Fprintf(&b, "| versions on websockets / in ClickHouse; mutations in ClickHouse (applied) | %d / %d; %d (%d) |\n",
+		c.WebsocketVersions, c.ClickHouseVersions, c.ClickHouseMutations, c.ClickHouseApplied)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// percentileSeries returns the p50 and p99 of each window of time: a
+// second, or less for a short run, so that a plot has some 60 points.
+func percentileSeries(s []sample) (p50, p99 plotter.XYs) {
+	var span time.Duration
+	for _, x := range s {
+		span = max(span, x.at)
+	}
+	win := min(max(span/60, 100*time.Millisecond), time.Second)
+	byWindow := map[int][]time.Duration{}
+	for _, x := range s {
+		sec := int(x.at / win)
+		byWindow[sec] = append(byWindow[sec], x.latency)
+	}
+	secs := make([]int, 0, len(byWindow))
+	for sec := range byWindow {
+		secs = append(secs, sec)
+	}
+	slices.Sort(secs)
+	for _, sec := range secs {
+		ls := byWindow[sec]
+		slices.Sort(ls)
+		q := func(p float64) float64 {
+			return max(float64(ls[min(len(ls)-1, int(p*float64(len(ls))))])/float64(time.Millisecond), 0.01)
+		}
+		x := (float64(sec) + 0.5) * win.Seconds()
+		p50 = append(p50, plotter.XY{X: x, Y: q(0.50)})
+		p99 = append(p99, plotter.XY{X: x, Y: q(0.99)})
+	}
+	return p50, p99
+}
+
+// SavePlot writes a plot of latency over time (p50 and p99 of each
+// window, Canon and the raw baseline) to path; the extension picks the
+// format (.png, .svg, .pdf).
+func (r *Report) SavePlot(path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Canon push → websocket vs raw Kafka produce → consume (%d clients, %d projects)", r.Config.Clients, r.Config.Projects)
+	p.X.Label.Text = "seconds since the phase began"
+	p.Y.Label.Text = "latency (ms, log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	add := func(xys plotter.XYs, label string, c color.Color, dashed bool) error {
+		if len(xys) == 0 {
+			return nil
+		}
+		l, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", label, err)
+		}
+		points.Color = c
+		points.Radius = vg.Points(1.5)
+		l.Color = c
+		l.Width = vg.Points(1.5)
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
+		p.Add(l, points)
+		p.Legend.Add(label, l)
+		return nil
+	}
+	blue := color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	orange := color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	c50, c99 := percentileSeries(r.Canon.samples)
+	r50, r99 := percentileSeries(r.Raw.samples)
+	for _, s := range []struct {
+		xys    plotter.XYs
+		label  string
+		c      color.Color
+		dashed bool
+	}{
+		{c50, "Canon p50", blue, false},
+		{c99, "Canon p99", blue, true},
+		{r50, "raw Kafka p50", orange, false},
+		{r99, "raw Kafka p99", orange, true},
+	} {
+		if err := add(s.xys, s.label, s.c, s.dashed); err != nil {
+			return err
+		}
+	}
+	p.Legend.Left = true
+	p.Y.Max *= 4 // room for the legend above the lines
+	if err := p.Save(10*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("save the plot: %w", err)
+	}
+	return nil
+}
