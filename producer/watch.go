@@ -58,15 +58,20 @@ type watcher struct {
 	adm     *kadm.Client
 	group   string
 	topics  struct{ mutations, versions, rejected string }
+	vparts  int32
 	rparts  int32
 	retain  time.Duration
 	recheck time.Duration
 
-	mu      sync.Mutex
-	owners  map[groupKey]string
-	recent  map[position]Outcome
-	expiry  []expiring // recent's keys, oldest first
-	waits   map[position][]*waiter
+	mu     sync.Mutex
+	owners map[groupKey]string
+	recent map[position]Outcome
+	expiry []expiring // recent's keys, oldest first
+	waits  map[position][]*waiter
+	// read is, per topic and partition, the offset after the last record
+	// whose event was handled: the tail's positions, copied under mu once
+	// a poll's events are (the tail itself is read by run alone).
+	read    map[string][]int64
 	stopped error // why the watcher stopped, if it did
 }
 
@@ -131,11 +136,20 @@ func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
 		return nil, err
 	}
 	w := &watcher{
-		tail: tail, adm: adm, group: cfg.SequencerGroup, rparts: int32(len(rstart)),
+		tail: tail, adm: adm, group: cfg.SequencerGroup, vparts: int32(len(start)), rparts: int32(len(rstart)),
 		retain: 2 * time.Minute, recheck: 20 * time.Millisecond,
 		owners: map[groupKey]string{}, recent: map[position]Outcome{}, waits: map[position][]*waiter{},
 	}
 	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
+	w.read = map[string][]int64{w.topics.versions: make([]int64, w.vparts), w.topics.rejected: make([]int64, w.rparts)}
+	for topic, next := range w.read {
+		for p := range next {
+			next[p] = -1
+			if n, ok := tail.Next(topic, int32(p)); ok {
+				next[p] = n
+			}
+		}
+	}
 	return w, nil
 }
 
@@ -157,6 +171,13 @@ func (w *watcher) run(ctx context.Context) {
 		w.mu.Lock()
 		for i := range evs {
 			w.event(&evs[i])
+		}
+		for topic, next := range w.read {
+			for p := range next {
+				if n, ok := w.tail.Next(topic, int32(p)); ok {
+					next[p] = n
+				}
+			}
 		}
 		w.settleDuplicates()
 		w.expire()
@@ -382,7 +403,9 @@ func (w *watcher) settleDuplicates() {
 	}
 }
 
+// passed reports whether the events of topic's partition are handled up
+// to end; w.mu is held.
 func (w *watcher) passed(topic string, partition int32, end int64) bool {
-	n, ok := w.tail.Next(topic, partition)
-	return ok && n >= end
+	next := w.read[topic]
+	return int(partition) < len(next) && next[partition] >= 0 && next[partition] >= end
 }
