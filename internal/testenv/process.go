@@ -1,11 +1,9 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/canon-sync/canon/internal/chserver"
 )
 
 // process is a server started as a child process of the test run. Its
@@ -137,32 +137,7 @@ func (p *process) kill() { p.signal(syscall.SIGKILL, 30*time.Second) }
 // tail returns the last n lines of the process log.
 func (p *process) tail(n int) string { return tailFile(p.logPath, n) }
 
-func tailFile(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	defer f.Close()
-	const max = 256 << 10
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	off := st.Size() - max
-	if off < 0 {
-		off = 0
-	}
-	buf, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
-	if err != nil {
-		return fmt.Sprintf("(read log: %v)", err)
-	}
-	buf = bytes.TrimRight(buf, "\n")
-	lines := bytes.Split(buf, []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
+func tailFile(path string, n int) string { return chserver.TailFile(path, n) }
 
 // waitFor polls cond until it returns nil, the process exits, or ctx ends.
 func (p *process) waitFor(ctx context.Context, what string, cond func(context.Context) error) error {
