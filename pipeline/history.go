@@ -96,9 +96,15 @@ func readHistory(ctx context.Context, cfg Config, followRejected bool, projects 
 	if err != nil {
 		return nil, fmt.Errorf("list start offsets of %s: %w", cfg.Topics.Versions, err)
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, cfg.Topics.Versions)
+	// Read up to the end offsets, not the last stable ones: a sequencer
+	// transaction that has just committed (its EndTxn answered, which is
+	// when its store shows the versions) may not have its commit marker
+	// written yet, and the last stable offset would stop before it. A
+	// transaction still open below the end is waited for: it commits or
+	// aborts within the transaction timeout.
+	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Versions)
 	if err != nil {
-		return nil, fmt.Errorf("list stable offsets of %s: %w", cfg.Topics.Versions, err)
+		return nil, fmt.Errorf("list end offsets of %s: %w", cfg.Topics.Versions, err)
 	}
 	end := map[int32]int64{}
 	var total int64
