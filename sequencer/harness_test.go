@@ -196,18 +196,20 @@ func (p *seqProc) ownedFromLog() []int32 {
 	return out
 }
 
-// revocations counts the "partitions revoked" lines of the current run.
-func (p *seqProc) revocations() int {
-	return strings.Count(p.CurrentLog(), `msg="partitions revoked"`)
+// assignments counts the "partitions assigned" lines of the current run:
+// one per group session the process joined.
+func (p *seqProc) assignments() int {
+	return strings.Count(p.CurrentLog(), `msg="partitions assigned"`)
 }
 
-// waitRejoined waits, after a SIGCONT, until the process has noticed it
-// lost its partitions (more "partitions revoked" lines than before: it
-// was fenced out of the group) and owns partitions again.
+// waitRejoined waits, after a SIGCONT, until the process has joined the
+// group again (more "partitions assigned" lines than before: it was
+// fenced out while stopped, whether or not franz-go still reported the
+// partitions it had as revoked or lost) and owns partitions again.
 func (p *seqProc) waitRejoined(ctx context.Context, before int) {
 	p.t.Helper()
-	waitUntil(p.t, ctx, p.name+" losing its partitions and owning partitions again", func() (bool, error) {
-		return p.revocations() > before && p.owned() > 0, nil
+	waitUntil(p.t, ctx, p.Name()+" joining the group again and owning partitions", func() (bool, error) {
+		return p.assignments() > before && p.owned() > 0, nil
 	})
 }
 

@@ -159,7 +159,7 @@ func TestIntegrationZombie(t *testing.T) {
 	g.allowUpTo(0.25)
 	g.waitProduced(ctx, 0.2)
 	t.Log("z stopped under load")
-	revoked := z.revocations()
+	joins := z.assignments()
 	z.Signal(syscall.SIGSTOP)
 	g.allowUpTo(0.45)
 	waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
@@ -169,18 +169,18 @@ func TestIntegrationZombie(t *testing.T) {
 	waitUntil(t, ctx, "a deciding everything produced", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
 	t.Log("z resumed")
 	z.Signal(syscall.SIGCONT)
-	z.waitRejoined(ctx, revoked)
+	z.waitRejoined(ctx, joins)
 
 	for i, at := range []float64{0.6, 0.8} {
 		g.allowUpTo(at)
 		g.waitProduced(ctx, at-0.1)
 		t.Logf("z stopped under load (%d)", i+2)
-		revoked := z.revocations()
+		joins := z.assignments()
 		z.Signal(syscall.SIGSTOP)
 		waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
 		t.Logf("z resumed at once (%d)", i+2)
 		z.Signal(syscall.SIGCONT)
-		z.waitRejoined(ctx, revoked)
+		z.waitRejoined(ctx, joins)
 	}
 
 	waitAllDecided(t, ctx, g, cl)
