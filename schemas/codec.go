@@ -192,15 +192,22 @@ var jsonNull = json.RawMessage("null")
 // DefaultLimits.
 func EncodeMutation(m *Mutation, l Limits) ([]byte, error) {
 	l = l.orDefaults()
-	if err := validateMutation(m, l, top, true); err != nil {
-		return nil, fmt.Errorf("encode %s: %w", SchemaMutationV1, err)
+	// The args' JSON is checked while it is written; a mutation that fails
+	// either way is checked again in full, so that the error is the first
+	// one in validateMutation's order.
+	var b []byte
+	err := validateMutation(m, l, top, false)
+	if err == nil {
+		size := 160 + len(m.Org) + len(m.Project) + len(m.Branch) + len(m.ClientGroup) + len(m.Client) + len(m.Name) + len(m.Args) + len(m.Principal)
+		var ok bool
+		if b, ok = appendMutation(make([]byte, 0, size), m); !ok {
+			err = errors.New("the args are not JSON") // replaced below
+		}
 	}
-	w := *m
-	if len(w.Args) == 0 {
-		w.Args = jsonNull
-	}
-	b, err := marshal(&w)
 	if err != nil {
+		if verr := validateMutation(m, l, top, true); verr != nil {
+			err = verr
+		}
 		return nil, fmt.Errorf("encode %s: %w", SchemaMutationV1, err)
 	}
 	if len(b) > l.MaxMutationBytes {
