@@ -2,6 +2,7 @@ package producer
 
 import (
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func FuzzPushDecode(f *testing.F) {
 	now := time.UnixMilli(1_700_000_000_000)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req PushRequest
-		if aerr := decodeJSON(body, &req, true); aerr != nil {
+		if aerr := decodePush(body, &req); aerr != nil {
 			if aerr.Status >= 500 || aerr.Code == "" || aerr.Message == "" {
 				t.Fatalf("bad refusal %+v", aerr)
 			}
@@ -62,4 +63,68 @@ func FuzzPushDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// pushSeeds are bodies that the fast path of decodePush must either decode
+// exactly as encoding/json does or leave to it.
+var pushSeeds = []string{
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"item.put","args":{"collection":"t","id":"a","data":1}}]}`,
+	` { "branch" : "dev" , "clientGroup":"g", "mutations" : [ {"client":"c","id":7,"name":"x","args": { "a" : [1, 2 ] } ,"ts":-5} , {"client":"c","id":8,"name":"y","args":[1,2]} ] } ` + "\n",
+	`{"clientGroup":"g","mutations":[]}`,
+	`{"clientGroup":"g","mutations":null}`,
+	`{"clientGroup":"g","mutations":[null]}`,
+	`{"clientGroup":null,"branch":null}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"x","args":null,"ts":null}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"x"}]}`,
+	`{"ClientGroup":"g","MUTATIONS":[{"Client":"c","iD":1,"name":"x","args":{}}]}`,
+	`{"clientGroup":"a","clientGroup":"b"}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1,"id":2,"name":"x","args":{}}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"x","args":{}}],"mutations":[{"client":"d","id":2}]}`,
+	`{"client\u0047roup":"g","mutations":[]}`,
+	`{"clientGroup":"g\u00e9\n","mutations":[{"client":"\ud800","id":1,"name":"x","args":"\u2028<&>"}]}`,
+	"{\"clientGroup\":\"\xff\xfe\",\"mutations\":[{\"client\":\"caf\xc3\xa9\",\"id\":1,\"name\":\"x\",\"args\":\"\xff\"}]}",
+	`{"clientGroup":"g","mutations":[{"client":"c","id":18446744073709551615,"name":"x","args":{},"ts":-9223372036854775808}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":18446744073709551616,"name":"x","args":{}}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":-0,"name":"x","args":{},"ts":-0}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1e3,"name":"x","args":{},"ts":1.0}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":"1","name":"x","args":{}}]}`,
+	`{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"x","args":{},"extra":true}]}`,
+	`{"clientGroup":"g","mutations":{}}`,
+	`{"clientGroup":"g"}{}`, `{"clientGroup":"g"} x`, `null`, `[]`, `"x"`, ``, ` `, `{`, `{"a":}`,
+}
+
+// FuzzDecodePush checks decodePush against what it replaces: the same
+// request, or the same error, as decodeJSON(body, req, true).
+func FuzzDecodePush(f *testing.F) {
+	for _, s := range pushSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want, got PushRequest
+		werr := decodeJSON(body, &want, true)
+		gerr := decodePush(body, &got)
+		if !reflect.DeepEqual(gerr, werr) {
+			t.Fatalf("error %+v, encoding/json's is %+v", gerr, werr)
+		}
+		if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("decoded\n%#v\nencoding/json decodes\n%#v", got, want)
+		}
+	})
+}
+
+// The fast path does decode the bodies clients send (the fuzzer above
+// would pass if everything fell back to encoding/json).
+func TestDecodePushFastPath(t *testing.T) {
+	for _, s := range pushSeeds[:3] {
+		var req PushRequest
+		if !fastDecodePush([]byte(s), &req) {
+			t.Errorf("the fast path refuses %s", s)
+		}
+	}
+	for _, s := range pushSeeds[3:] {
+		var req PushRequest
+		if fastDecodePush([]byte(s), &req) && decodeJSON([]byte(s), new(PushRequest), true) != nil {
+			t.Errorf("the fast path accepts %s, which encoding/json refuses", s)
+		}
+	}
 }

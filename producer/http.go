@@ -48,7 +48,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req PushRequest
-	if aerr := decodeJSON(in.body, &req, true); aerr != nil {
+	if aerr := decodePush(in.body, &req); aerr != nil {
 		p.fail(w, "canon", aerr)
 		return
 	}
