@@ -160,7 +160,7 @@ type PushOptions struct {
 // that was partly written is not a problem, because mutations already
 // written are duplicates and skipped. Other errors are returned as *Error.
 func (c *Client) Push(ctx context.Context, org, project string, p Push, o PushOptions) (*Result, error) {
-	body, err := json.Marshal(p)
+	body, err := encodePush(&p)
 	if err != nil {
 		return nil, fmt.Errorf("canon: encode push: %w", err)
 	}
