@@ -1,0 +1,394 @@
+// Package jsonfast checks, reads and writes JSON without reflection, for
+// the hot paths of the push API: the producer's decoding of push bodies
+// and encoding of its answers, and the client's encoding of push bodies
+// and decoding of the answers. Check accepts exactly what json.Valid
+// accepts; the walkers read JSON that Check accepted, so they only need to
+// find where strings and nested values end. Code built on it handles the
+// common case itself and leaves everything else, errors included, to
+// encoding/json, which keeps its results and error messages those of
+// encoding/json.
+//
+// It uses only the standard library, like package client.
+package jsonfast
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// maxDepth is encoding/json's limit on nesting.
+const maxDepth = 10000
+
+// Valid reports whether d is one JSON value, with optional whitespace
+// around it, as json.Valid does.
+func Valid(d []byte) bool {
+	ok, _ := Check(d)
+	return ok
+}
+
+// Check reports whether d is valid JSON, as json.Valid does, and whether
+// it is also compact: without whitespace outside strings, so that
+// json.Compact would leave it as it is.
+func Check(d []byte) (valid, compact bool) {
+	var buf [32]byte
+	stack := buf[:0] // the open objects and arrays: '{' or '['
+	compact = true
+	skip := func(i int) int {
+		j := SkipSpace(d, i)
+		if j != i {
+			compact = false
+		}
+		return j
+	}
+	i := skip(0)
+	for {
+		// A value starts at d[i].
+		if i >= len(d) {
+			return false, false
+		}
+		switch c := d[i]; c {
+		case '{', '[':
+			if len(stack) == maxDepth {
+				return false, false
+			}
+			i = skip(i + 1)
+			if i < len(d) && d[i] == c+2 { // '}' or ']'
+				i++
+				break
+			}
+			stack = append(stack, c)
+			if c == '{' {
+				if i = memberValue(d, i, skip); i < 0 {
+					return false, false
+				}
+			}
+			continue
+		case '"':
+			if i = endValidString(d, i); i < 0 {
+				return false, false
+			}
+		case 't':
+			if i = literal(d, i, "true"); i < 0 {
+				return false, false
+			}
+		case 'f':
+			if i = literal(d, i, "false"); i < 0 {
+				return false, false
+			}
+		case 'n':
+			if i = literal(d, i, "null"); i < 0 {
+				return false, false
+			}
+		default:
+			if i = endNumber(d, i); i < 0 {
+				return false, false
+			}
+		}
+		// After a value: close what ends here, then the next member or
+		// element, or the end of d.
+		for {
+			i = skip(i)
+			if len(stack) == 0 {
+				return i == len(d), compact
+			}
+			if i >= len(d) {
+				return false, false
+			}
+			open := stack[len(stack)-1]
+			if d[i] == open+2 {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			if d[i] != ',' {
+				return false, false
+			}
+			i = skip(i + 1)
+			if open == '{' {
+				if i = memberValue(d, i, skip); i < 0 {
+					return false, false
+				}
+			}
+			break
+		}
+	}
+}
+
+// memberValue checks the key and colon of an object member at d[i] and
+// returns where its value starts, or -1.
+func memberValue(d []byte, i int, skip func(int) int) int {
+	if i >= len(d) || d[i] != '"' {
+		return -1
+	}
+	if i = endValidString(d, i); i < 0 {
+		return -1
+	}
+	i = skip(i)
+	if i >= len(d) || d[i] != ':' {
+		return -1
+	}
+	return skip(i + 1)
+}
+
+// plain marks the bytes a JSON string holds as they are: not a control
+// character, a quote or a backslash. Bytes of invalid UTF-8 are plain, as
+// for json.Valid.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// endValidString checks the string that starts at d[i] and returns the
+// index after it, or -1.
+func endValidString(d []byte, i int) int {
+	for i++; i < len(d); {
+		c := d[i]
+		if plain[c] {
+			i++
+			continue
+		}
+		switch c {
+		case '"':
+			return i + 1
+		case '\\':
+			if i+1 >= len(d) {
+				return -1
+			}
+			switch d[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+5 >= len(d) || !hex(d[i+2]) || !hex(d[i+3]) || !hex(d[i+4]) || !hex(d[i+5]) {
+					return -1
+				}
+				i += 6
+			default:
+				return -1
+			}
+		default:
+			return -1 // a control character
+		}
+	}
+	return -1
+}
+
+func hex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func literal(d []byte, i int, lit string) int {
+	if len(d)-i < len(lit) || string(d[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}
+
+// endNumber checks the number that starts at d[i] (RFC 8259: no leading
+// zeros, no plus sign, digits on both sides of the point) and returns the
+// index after it, or -1.
+func endNumber(d []byte, i int) int {
+	if d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && '1' <= d[i] && d[i] <= '9':
+		i = digits(d, i+1)
+	default:
+		return -1
+	}
+	if i < len(d) && d[i] == '.' {
+		if i+1 >= len(d) || !isDigit(d[i+1]) {
+			return -1
+		}
+		i = digits(d, i+1)
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		if i >= len(d) || !isDigit(d[i]) {
+			return -1
+		}
+		i = digits(d, i)
+	}
+	return i
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func digits(d []byte, i int) int {
+	for i < len(d) && isDigit(d[i]) {
+		i++
+	}
+	return i
+}
+
+// The functions below walk JSON that Check accepted.
+
+// SkipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func SkipSpace(d []byte, i int) int {
+	for i < len(d) {
+		switch d[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// EndString returns the index after the string that starts at d[i].
+func EndString(d []byte, i int) int {
+	for i++; i < len(d); i++ {
+		switch d[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(d)
+}
+
+// EndValue returns the index after the value that starts at d[i].
+func EndValue(d []byte, i int) int {
+	switch d[i] {
+	case '"':
+		return EndString(d, i)
+	case '{', '[':
+		depth := 0
+		for i < len(d) {
+			switch d[i] {
+			case '"':
+				i = EndString(d, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(d)
+	}
+	for ; i < len(d); i++ {
+		switch d[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return len(d)
+}
+
+// Object calls fn with the key and the raw value of each member of the
+// object that starts at d[i], in order, until fn returns false, and
+// returns the index after the object. A key with an escape is refused
+// (ok is false) without calling fn: it may spell a known name.
+func Object(d []byte, i int, fn func(key, val []byte) bool) (end int, ok bool) {
+	i = SkipSpace(d, i+1)
+	if d[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		ke := EndString(d, i)
+		key := d[i+1 : ke-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, SkipSpace(d, ke)+1) // after ':'
+		ve := EndValue(d, i)
+		if !fn(key, d[i:ve]) {
+			return 0, false
+		}
+		i = SkipSpace(d, ve)
+		if d[i] == '}' {
+			return i + 1, true
+		}
+		i = SkipSpace(d, i+1) // after ','
+	}
+}
+
+// Array calls fn with each element of the array that starts at d[i], in
+// order, until fn returns false, and returns the index after the array.
+func Array(d []byte, i int, fn func(val []byte) bool) (end int, ok bool) {
+	i = SkipSpace(d, i+1)
+	if d[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		ve := EndValue(d, i)
+		if !fn(d[i:ve]) {
+			return 0, false
+		}
+		i = SkipSpace(d, ve)
+		if d[i] == ']' {
+			return i + 1, true
+		}
+		i = SkipSpace(d, i+1) // after ','
+	}
+}
+
+// String decodes a string value as encoding/json does (escapes, invalid
+// UTF-8 as U+FFFD); ok is false when val is not a string.
+func String(val []byte) (s string, ok bool) {
+	if val[0] != '"' {
+		return "", false
+	}
+	raw := val[1 : len(val)-1]
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw), true
+	}
+	return s, json.Unmarshal(val, &s) == nil
+}
+
+// Uint decodes a number into an unsigned integer of bitSize bits as
+// encoding/json does; ok is false for anything encoding/json refuses or
+// decodes differently: a sign, a fraction, an exponent, an overflow,
+// another type.
+func Uint(val []byte, bitSize int) (n uint64, ok bool) {
+	if !isDigit(val[0]) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(val), 10, bitSize)
+	return n, err == nil
+}
+
+// Int decodes a number into a signed integer of bitSize bits as
+// encoding/json does; ok is false as for Uint.
+func Int(val []byte, bitSize int) (n int64, ok bool) {
+	if val[0] != '-' && !isDigit(val[0]) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(val), 10, bitSize)
+	return n, err == nil
+}
+
+// AppendString appends s as a JSON string the way encoding/json writes
+// it, with or without HTML escaping (json.Marshal escapes, an Encoder
+// may not). Printable ASCII that needs no escape is written as it is;
+// anything else goes through encoding/json.
+func AppendString(b []byte, s string, escapeHTML bool) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', escapeHTML && (c == '<' || c == '>' || c == '&'):
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(escapeHTML)
+			_ = enc.Encode(s) // a string always encodes
+			return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
