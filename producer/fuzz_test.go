@@ -2,7 +2,9 @@ package producer
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -127,4 +129,29 @@ func TestDecodePushFastPath(t *testing.T) {
 			t.Errorf("the fast path accepts %s, which encoding/json refuses", s)
 		}
 	}
+}
+
+// FuzzWritePushResponse checks the answer writePushResponse writes
+// against writeJSON's.
+func FuzzWritePushResponse(f *testing.F) {
+	f.Add("c-1", uint64(1), int32(7), int64(42), uint8(2))
+	f.Add("<&>\u2028\xff\"", uint64(1<<64-1), int32(-1<<31), int64(-1), uint8(1))
+	f.Add("", uint64(0), int32(0), int64(0), uint8(0))
+	f.Fuzz(func(t *testing.T, client string, id uint64, partition int32, offset int64, n uint8) {
+		ws := []Written{}
+		for i := range int(n % 4) {
+			ws = append(ws, Written{Client: client, ID: id + uint64(i), Partition: partition, Offset: offset + int64(i)})
+		}
+		want := httptest.NewRecorder()
+		writeJSON(want, http.StatusOK, PushResponse{Mutations: ws})
+		got := httptest.NewRecorder()
+		writePushResponse(got, http.StatusOK, PushResponse{Mutations: ws})
+		if got.Header().Get("Content-Length") != strconv.Itoa(got.Body.Len()) {
+			t.Fatalf("Content-Length %q for %d bytes", got.Header().Get("Content-Length"), got.Body.Len())
+		}
+		got.Header().Del("Content-Length")
+		if got.Body.String() != want.Body.String() || !reflect.DeepEqual(got.Header(), want.Header()) || got.Code != want.Code {
+			t.Fatalf("wrote %d %v\n%s\nwriteJSON writes %d %v\n%s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+		}
+	})
 }
