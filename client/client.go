@@ -8,8 +8,9 @@
 //	w.Add("item.put", map[string]any{"collection": "tasks", "id": "t1", "data": map[string]any{"title": "Ship"}})
 //	outcomes, err := w.Flush(ctx)
 //
-// Only the standard library is used, so programs that push to Canon do not
-// link Kafka or Pebble.
+// Only the standard library is used (and Canon's internal/jsonfast, which
+// uses only the standard library too), so programs that push to Canon do
+// not link Kafka or Pebble.
 package client
 
 import (
@@ -18,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -222,10 +222,16 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, out any)
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
+	// Read into a buffer of the announced size: io.ReadAll would grow one
+	// from 512 bytes, copying and dropping each size on the way.
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 && resp.ContentLength < 64<<20 {
+		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return err
 	}
+	data := buf.Bytes()
 	if resp.StatusCode >= 300 {
 		var e struct {
 			Error *Error `json:"error"`
@@ -239,7 +245,12 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, out any)
 		}
 		return e.Error
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if r, ok := out.(*Result); ok {
+		err = decodeResult(data, r)
+	} else {
+		err = json.Unmarshal(data, out)
+	}
+	if err != nil {
 		return fmt.Errorf("canon: decode the answer to %s %s: %w", method, u, err)
 	}
 	return nil

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/canon-sync/canon/internal/jsonfast"
 )
 
 // encodePush returns the body of a push: the bytes json.Marshal(p)
-// returns, written without reflection, and each mutation's args checked
-// and compacted in one pass instead of encoding/json's slower
-// Marshaler path. Args that are not JSON get json.Marshal's error.
+// returns, written without reflection, with each mutation's args checked
+// by jsonfast.Check instead of encoding/json's slower compaction of a
+// Marshaler's output. Args that are not JSON get json.Marshal's error.
 func encodePush(p *Push) ([]byte, error) {
 	size := 64 + len(p.Branch) + len(p.ClientGroup)
 	for i := range p.Mutations {
@@ -68,6 +70,9 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, bool) {
 	if raw == nil {
 		return append(b, "null"...), true
 	}
+	if valid, compact := jsonfast.Check(raw); valid && compact && !needsHTMLEscape(raw) {
+		return append(b, raw...), true // what json.Marshal writes
+	}
 	start := len(b)
 	buf := bytes.NewBuffer(b)
 	if json.Compact(buf, raw) != nil {
@@ -96,18 +101,79 @@ func needsHTMLEscape(b []byte) bool {
 	return false
 }
 
-// appendString appends s as json.Marshal writes it. Printable ASCII other
-// than ", \, <, > and & is written as it is; anything else goes through
-// encoding/json.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
+func appendString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, true) }
+
+// decodeResult decodes the answer to a push as json.Unmarshal(data, r)
+// does. The answer without outcomes, the one of every push that does not
+// wait, is decoded without reflection; anything else (outcomes, members
+// it does not know, every error) goes through json.Unmarshal.
+func decodeResult(data []byte, r *Result) error {
+	if r.Mutations == nil && r.Outcomes == nil && fastDecodeResult(data, r) {
+		return nil
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return json.Unmarshal(data, r)
+}
+
+// fastDecodeResult reports whether it decoded data into r, which it
+// leaves as it is when it does not.
+func fastDecodeResult(data []byte, r *Result) bool {
+	if !jsonfast.Valid(data) {
+		return false
+	}
+	i := jsonfast.SkipSpace(data, 0)
+	if data[i] != '{' {
+		return false
+	}
+	var ws []Written
+	_, ok := jsonfast.Object(data, i, func(key, val []byte) bool {
+		if string(key) != "mutations" || ws != nil || val[0] != '[' {
+			return false
+		}
+		ws = make([]Written, 0, len(val)/48+1)
+		_, ok := jsonfast.Array(val, 0, func(v []byte) bool {
+			if v[0] != '{' {
+				return false
+			}
+			var w Written
+			var seen [4]bool
+			_, ok := jsonfast.Object(v, 0, func(key, v []byte) bool {
+				var ok bool
+				var n int64
+				switch string(key) {
+				case "client":
+					w.Client, ok = jsonfast.String(v)
+					return once(&seen[0]) && ok
+				case "id":
+					w.ID, ok = jsonfast.Uint(v, 64)
+					return once(&seen[1]) && ok
+				case "partition":
+					n, ok = jsonfast.Int(v, 32)
+					w.Partition = int32(n)
+					return once(&seen[2]) && ok
+				case "offset":
+					w.Offset, ok = jsonfast.Int(v, 64)
+					return once(&seen[3]) && ok
+				}
+				return false
+			})
+			ws = append(ws, w)
+			return ok
+		})
+		return ok
+	})
+	if !ok || ws == nil {
+		return false
+	}
+	r.Mutations = ws
+	return true
+}
+
+// once reports whether a member is seen for the first time: encoding/json
+// keeps the last of duplicates, which the fast paths leave to it.
+func once(seen *bool) bool {
+	if *seen {
+		return false
+	}
+	*seen = true
+	return true
 }

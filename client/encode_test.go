@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,40 @@ func TestEncodePushFastPath(t *testing.T) {
 	p.Mutations[0].Args = json.RawMessage(`{"a":`)
 	if _, err := encodePush(&p); err == nil || !strings.Contains(err.Error(), "RawMessage") {
 		t.Fatalf("args that are not JSON: %v", err)
+	}
+}
+
+// FuzzDecodeResult checks decodeResult against what it replaces: the
+// same Result, or the same error, as json.Unmarshal.
+func FuzzDecodeResult(f *testing.F) {
+	for _, s := range []string{
+		`{"mutations":[{"client":"c-1","id":1,"partition":7,"offset":42},{"client":"c-1","id":2,"partition":7,"offset":43}]}` + "\n",
+		`{"mutations":[]}`, `{"mutations":null}`, `{"mutations":[null]}`, `{}`, `null`, `[]`, ``, `{`,
+		`{"mutations":[{"client":"c","id":1,"partition":7,"offset":42}],"outcomes":[{"client":"c","id":1,"status":"applied","version":3}]}`,
+		`{"Mutations":[{"Client":"c","ID":1}]}`, `{"mutations":[{"client":"c"}],"mutations":[{"id":2}]}`,
+		`{"mutations":[{"client":"c","client":"d","id":1,"partition":2147483648,"offset":-1}]}`,
+		`{"mutations":[{"client":"\u00e9\xff","id":-1,"partition":1.5,"offset":1e3,"extra":[1]}],"other":true}`,
+		`{"mutations":[{"client":"c","id":18446744073709551615,"partition":-2147483648,"offset":-9223372036854775808}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got Result
+		werr := json.Unmarshal(data, &want)
+		gerr := decodeResult(data, &got)
+		if (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+			t.Fatalf("error %v, json.Unmarshal's is %v", gerr, werr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("decoded\n%#v\njson.Unmarshal decodes\n%#v", got, want)
+		}
+	})
+}
+
+func TestDecodeResultFastPath(t *testing.T) {
+	var r Result
+	if !fastDecodeResult([]byte(`{"mutations":[{"client":"c","id":1,"partition":7,"offset":42}]}`+"\n"), &r) ||
+		!reflect.DeepEqual(r, Result{Mutations: []Written{{Client: "c", ID: 1, Partition: 7, Offset: 42}}}) {
+		t.Fatalf("fast path: %+v", r)
 	}
 }
