@@ -34,15 +34,8 @@ func Valid(d []byte) bool {
 func Check(d []byte) (valid, compact bool) {
 	var buf [32]byte
 	stack := buf[:0] // the open objects and arrays: '{' or '['
-	compact = true
-	skip := func(i int) int {
-		j := SkipSpace(d, i)
-		if j != i {
-			compact = false
-		}
-		return j
-	}
-	i := skip(0)
+	i := SkipSpace(d, 0)
+	spaced := i > 0 // whitespace seen outside strings
 	for {
 		// A value starts at d[i].
 		if i >= len(d) {
@@ -53,14 +46,17 @@ func Check(d []byte) (valid, compact bool) {
 			if len(stack) == maxDepth {
 				return false, false
 			}
-			i = skip(i + 1)
+			i++
+			if j := SkipSpace(d, i); j != i {
+				i, spaced = j, true
+			}
 			if i < len(d) && d[i] == c+2 { // '}' or ']'
 				i++
 				break
 			}
 			stack = append(stack, c)
 			if c == '{' {
-				if i = memberValue(d, i, skip); i < 0 {
+				if i = memberValue(d, i, &spaced); i < 0 {
 					return false, false
 				}
 			}
@@ -89,9 +85,11 @@ func Check(d []byte) (valid, compact bool) {
 		// After a value: close what ends here, then the next member or
 		// element, or the end of d.
 		for {
-			i = skip(i)
+			if j := SkipSpace(d, i); j != i {
+				i, spaced = j, true
+			}
 			if len(stack) == 0 {
-				return i == len(d), compact
+				return i == len(d), i == len(d) && !spaced
 			}
 			if i >= len(d) {
 				return false, false
@@ -105,9 +103,12 @@ func Check(d []byte) (valid, compact bool) {
 			if d[i] != ',' {
 				return false, false
 			}
-			i = skip(i + 1)
+			i++
+			if j := SkipSpace(d, i); j != i {
+				i, spaced = j, true
+			}
 			if open == '{' {
-				if i = memberValue(d, i, skip); i < 0 {
+				if i = memberValue(d, i, &spaced); i < 0 {
 					return false, false
 				}
 			}
@@ -118,18 +119,24 @@ func Check(d []byte) (valid, compact bool) {
 
 // memberValue checks the key and colon of an object member at d[i] and
 // returns where its value starts, or -1.
-func memberValue(d []byte, i int, skip func(int) int) int {
+func memberValue(d []byte, i int, spaced *bool) int {
 	if i >= len(d) || d[i] != '"' {
 		return -1
 	}
 	if i = endValidString(d, i); i < 0 {
 		return -1
 	}
-	i = skip(i)
+	if j := SkipSpace(d, i); j != i {
+		i, *spaced = j, true
+	}
 	if i >= len(d) || d[i] != ':' {
 		return -1
 	}
-	return skip(i + 1)
+	i++
+	if j := SkipSpace(d, i); j != i {
+		i, *spaced = j, true
+	}
+	return i
 }
 
 // plain marks the bytes a JSON string holds as they are: not a control
