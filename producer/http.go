@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -347,7 +348,13 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, received time.Time) ([]Written, *Error) {
 	values := make([][]byte, len(ms))
 	for i, m := range ms {
-		v, err := schemas.EncodeMutation(m, p.cfg.Limits)
+		encode := schemas.EncodeMutation
+		if valid, compact := jsonfast.Check(m.Args); valid && compact {
+			// Checked here at jsonfast's speed: no second scan by
+			// encoding/json's.
+			encode = schemas.EncodeCheckedMutation
+		}
+		v, err := encode(m, p.cfg.Limits)
 		if err != nil {
 			return nil, fieldError(i, err)
 		}

@@ -14,8 +14,9 @@ import (
 
 // appendMutation appends the mutation/v1 value of m, which
 // validateMutation accepted without checking its args' JSON. ok is false
-// when the args are not JSON.
-func appendMutation(b []byte, m *Mutation) (_ []byte, ok bool) {
+// when the args are not JSON. With argsChecked, the args are known to be
+// compact JSON and copied as they are.
+func appendMutation(b []byte, m *Mutation, argsChecked bool) (_ []byte, ok bool) {
 	b = append(b, `{"org":`...)
 	b = appendString(b, m.Org)
 	b = append(b, `,"project":`...)
@@ -31,9 +32,12 @@ func appendMutation(b []byte, m *Mutation) (_ []byte, ok bool) {
 	b = append(b, `,"name":`...)
 	b = appendString(b, m.Name)
 	b = append(b, `,"args":`...)
-	if len(m.Args) == 0 {
+	switch {
+	case len(m.Args) == 0:
 		b = append(b, "null"...)
-	} else {
+	case argsChecked:
+		b = append(b, m.Args...)
+	default:
 		// What encoding/json does with a json.RawMessage: check it and
 		// drop insignificant whitespace.
 		buf := bytes.NewBuffer(b)

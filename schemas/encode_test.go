@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -54,13 +55,21 @@ func FuzzEncodeMutation(f *testing.F) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("encoded\n%s\nencoding/json writes\n%s", got, want)
 		}
+		// Args checked by the caller: the same value and errors.
+		var c bytes.Buffer
+		if len(args) == 0 || json.Compact(&c, args) == nil && bytes.Equal(c.Bytes(), args) {
+			got, gerr := EncodeCheckedMutation(m, fuzzLimits)
+			if (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() || !bytes.Equal(got, want) {
+				t.Fatalf("EncodeCheckedMutation = %s, %v\nencoding/json: %s, %v", got, gerr, want, werr)
+			}
+		}
 		// Most fuzzed mutations are invalid: compare the writers alone too.
 		w := *m
 		if len(w.Args) == 0 {
 			w.Args = jsonNull
 		}
 		want, werr = marshal(&w)
-		got, ok := appendMutation(nil, m)
+		got, ok := appendMutation(nil, m, false)
 		if ok != (werr == nil) || ok && !bytes.Equal(got, want) {
 			t.Fatalf("appendMutation = %s, %v\nencoding/json writes\n%s, %v", got, ok, want, werr)
 		}
