@@ -115,53 +115,58 @@ func decodeResult(data []byte, r *Result) error {
 }
 
 // fastDecodeResult reports whether it decoded data into r, which it
-// leaves as it is when it does not.
-func fastDecodeResult(data []byte, r *Result) bool {
-	if !jsonfast.Valid(data) {
-		return false
-	}
-	i := jsonfast.SkipSpace(data, 0)
-	if data[i] != '{' {
-		return false
-	}
+// leaves as it is when it does not. It checks the JSON as json.Valid
+// does while it walks it.
+func fastDecodeResult(d []byte, r *Result) bool {
 	var ws []Written
-	_, ok := jsonfast.Object(data, i, func(key, val []byte) bool {
-		if string(key) != "mutations" || ws != nil || val[0] != '[' {
-			return false
+	end, ok := jsonfast.Members(d, jsonfast.SkipSpace(d, 0), 0, func(key []byte, at int) int {
+		if string(key) != "mutations" || ws != nil {
+			return -1
 		}
-		ws = make([]Written, 0, len(val)/48+1)
-		_, ok := jsonfast.Array(val, 0, func(v []byte) bool {
-			if v[0] != '{' {
-				return false
-			}
+		ws = make([]Written, 0, (len(d)-at)/48+1)
+		end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
 			var w Written
 			var seen [4]bool
-			_, ok := jsonfast.Object(v, 0, func(key, v []byte) bool {
+			end, ok := jsonfast.Members(d, at, 2, func(key []byte, at int) int {
+				end, _ := jsonfast.CheckValue(d, at, 3)
+				if end < 0 {
+					return -1
+				}
+				v := d[at:end]
 				var ok bool
 				var n int64
 				switch string(key) {
 				case "client":
 					w.Client, ok = jsonfast.String(v)
-					return once(&seen[0]) && ok
+					ok = once(&seen[0]) && ok
 				case "id":
 					w.ID, ok = jsonfast.Uint(v, 64)
-					return once(&seen[1]) && ok
+					ok = once(&seen[1]) && ok
 				case "partition":
 					n, ok = jsonfast.Int(v, 32)
 					w.Partition = int32(n)
-					return once(&seen[2]) && ok
+					ok = once(&seen[2]) && ok
 				case "offset":
 					w.Offset, ok = jsonfast.Int(v, 64)
-					return once(&seen[3]) && ok
+					ok = once(&seen[3]) && ok
 				}
-				return false
+				if !ok {
+					return -1
+				}
+				return end
 			})
+			if !ok {
+				return -1
+			}
 			ws = append(ws, w)
-			return ok
+			return end
 		})
-		return ok
+		if !ok {
+			return -1
+		}
+		return end
 	})
-	if !ok || ws == nil {
+	if !ok || ws == nil || jsonfast.SkipSpace(d, end) != len(d) {
 		return false
 	}
 	r.Mutations = ws

@@ -10,11 +10,11 @@ import (
 // decodePush decodes a push body exactly as decodeJSON(body, req, true)
 // does, with the same values and the same errors, but faster for the
 // bodies clients send: encoding/json's reflection and second scan were
-// most of the ingest's CPU time. The fast path checks the body as
-// json.Valid does, then walks it; anything it does not handle the way
-// encoding/json would (a member name in another case or with an escape,
-// a duplicate member, null, a wrong type, a number that does not fit, an
-// unknown member: every error) goes through decodeJSON.
+// most of the ingest's CPU time. The fast path checks the JSON as
+// json.Valid does while it walks it, once; anything it does not handle
+// the way encoding/json would (a member name in another case or with an
+// escape, a duplicate member, null, a wrong type, a number that does not
+// fit, an unknown member: every error) goes through decodeJSON.
 func decodePush(body []byte, req *PushRequest) *Error {
 	if fastDecodePush(body, req) {
 		return nil
@@ -24,83 +24,101 @@ func decodePush(body []byte, req *PushRequest) *Error {
 }
 
 // fastDecodePush reports whether it decoded body into req.
-func fastDecodePush(body []byte, req *PushRequest) bool {
-	if !jsonfast.Valid(body) {
-		return false
-	}
-	i := jsonfast.SkipSpace(body, 0)
-	if body[i] != '{' {
-		return false
-	}
+func fastDecodePush(d []byte, req *PushRequest) bool {
 	var seen [3]bool
-	var ok bool
-	_, walked := jsonfast.Object(body, i, func(key, val []byte) bool {
+	end, ok := jsonfast.Members(d, jsonfast.SkipSpace(d, 0), 0, func(key []byte, at int) int {
 		switch string(key) {
 		case "branch":
-			req.Branch, ok = jsonfast.String(val)
-			return once(&seen[0]) && ok
+			return once(&seen[0], stringAt(d, at, 1, &req.Branch))
 		case "clientGroup":
-			req.ClientGroup, ok = jsonfast.String(val)
-			return once(&seen[1]) && ok
+			return once(&seen[1], stringAt(d, at, 1, &req.ClientGroup))
 		case "mutations":
-			return once(&seen[2]) && pushMutations(val, &req.Mutations)
+			return once(&seen[2], pushMutations(d, at, &req.Mutations))
 		}
-		return false
+		return -1
 	})
-	return walked
+	return ok && jsonfast.SkipSpace(d, end) == len(d)
 }
 
-func pushMutations(val []byte, out *[]PushMutation) bool {
-	if val[0] != '[' {
-		return false
-	}
+// pushMutations reads the array of mutations at d[at] into out and
+// returns the index after it, or -1.
+func pushMutations(d []byte, at int, out *[]PushMutation) int {
 	// A guess of the count from the size saves regrowing; encoding/json
 	// makes an empty array an empty slice, not nil.
-	ms := make([]PushMutation, 0, min(len(val)/128+1, DefaultMaxBatch))
-	_, ok := jsonfast.Array(val, 0, func(v []byte) bool {
-		if v[0] != '{' {
-			return false
-		}
+	ms := make([]PushMutation, 0, min((len(d)-at)/128+1, DefaultMaxBatch))
+	end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
 		var pm PushMutation
 		var seen [5]bool
-		var ok bool
-		_, walked := jsonfast.Object(v, 0, func(key, v []byte) bool {
+		end, ok := jsonfast.Members(d, at, 2, func(key []byte, at int) int {
 			switch string(key) {
 			case "client":
-				pm.Client, ok = jsonfast.String(v)
-				return once(&seen[0]) && ok
+				return once(&seen[0], stringAt(d, at, 3, &pm.Client))
 			case "id":
-				pm.ID, ok = jsonfast.Uint(v, 64)
-				return once(&seen[1]) && ok
+				end, _ := jsonfast.CheckValue(d, at, 3)
+				return once(&seen[1], numberAt(d, at, end, func(v []byte) (ok bool) { pm.ID, ok = jsonfast.Uint(v, 64); return ok }))
 			case "name":
-				pm.Name, ok = jsonfast.String(v)
-				return once(&seen[2]) && ok
+				return once(&seen[2], stringAt(d, at, 3, &pm.Name))
 			case "args":
-				// encoding/json keeps a json.RawMessage's bytes as they are,
-				// null included.
-				pm.Args = v
-				return once(&seen[3])
+				// encoding/json keeps a json.RawMessage's bytes as they
+				// are, null included.
+				end, _ := jsonfast.CheckValue(d, at, 3)
+				if end >= 0 {
+					pm.Args = d[at:end]
+				}
+				return once(&seen[3], end)
 			case "ts":
-				pm.TS, ok = jsonfast.Int(v, 64)
-				return once(&seen[4]) && ok
+				end, _ := jsonfast.CheckValue(d, at, 3)
+				return once(&seen[4], numberAt(d, at, end, func(v []byte) (ok bool) { pm.TS, ok = jsonfast.Int(v, 64); return ok }))
 			}
-			return false
+			return -1
 		})
+		if !ok {
+			return -1
+		}
 		ms = append(ms, pm)
-		return walked
+		return end
 	})
+	if !ok {
+		return -1
+	}
 	*out = ms
-	return ok
+	return end
 }
 
-// once reports whether a member is seen for the first time: encoding/json
-// keeps the last of duplicates, which the fast path leaves to it.
-func once(seen *bool) bool {
+// stringAt checks the value at d[at], inside depth objects and arrays,
+// reads it into out if it is a string and returns the index after it, or
+// -1.
+func stringAt(d []byte, at, depth int, out *string) int {
+	end, _ := jsonfast.CheckValue(d, at, depth)
+	if end < 0 {
+		return -1
+	}
+	s, ok := jsonfast.String(d[at:end])
+	if !ok {
+		return -1
+	}
+	*out = s
+	return end
+}
+
+// numberAt returns end if the checked value d[at:end] is read by read, or
+// -1.
+func numberAt(d []byte, at, end int, read func([]byte) bool) int {
+	if end < 0 || !read(d[at:end]) {
+		return -1
+	}
+	return end
+}
+
+// once passes on end when a member is seen for the first time, and -1
+// for a duplicate: encoding/json keeps the last of duplicates, which the
+// fast path leaves to it.
+func once(seen *bool, end int) int {
 	if *seen {
-		return false
+		return -1
 	}
 	*seen = true
-	return true
+	return end
 }
 
 // writePushResponse writes the answer to a push as writeJSON does. The

@@ -2,11 +2,11 @@
 // the hot paths of the push API: the producer's decoding of push bodies
 // and encoding of its answers, and the client's encoding of push bodies
 // and decoding of the answers. Check accepts exactly what json.Valid
-// accepts; the walkers read JSON that Check accepted, so they only need to
-// find where strings and nested values end. Code built on it handles the
-// common case itself and leaves everything else, errors included, to
-// encoding/json, which keeps its results and error messages those of
-// encoding/json.
+// accepts, and the walkers Members and Elements check the JSON the same
+// way as they go, so that a body is read in one pass. Code built on it
+// handles the common case itself and leaves everything else, errors
+// included, to encoding/json, which keeps its results and error messages
+// those of encoding/json.
 //
 // It uses only the standard library, like package client.
 package jsonfast
@@ -21,30 +21,35 @@ import (
 // maxDepth is encoding/json's limit on nesting.
 const maxDepth = 10000
 
-// Valid reports whether d is one JSON value, with optional whitespace
-// around it, as json.Valid does.
-func Valid(d []byte) bool {
-	ok, _ := Check(d)
-	return ok
-}
-
 // Check reports whether d is valid JSON, as json.Valid does, and whether
 // it is also compact: without whitespace outside strings, so that
 // json.Compact would leave it as it is.
 func Check(d []byte) (valid, compact bool) {
+	i := SkipSpace(d, 0)
+	end, compact := CheckValue(d, i, 0)
+	if end < 0 || SkipSpace(d, end) != len(d) {
+		return false, false
+	}
+	return true, compact && i == 0 && end == len(d)
+}
+
+// CheckValue checks the JSON value that starts at d[i], inside depth
+// objects and arrays, as json.Valid checks it inside the JSON around it
+// (encoding/json limits the nesting), and returns the index after it and
+// whether it is compact; end is -1 when it is not valid.
+func CheckValue(d []byte, i, depth int) (end int, compact bool) {
 	var buf [32]byte
 	stack := buf[:0] // the open objects and arrays: '{' or '['
-	i := SkipSpace(d, 0)
-	spaced := i > 0 // whitespace seen outside strings
+	spaced := false  // whitespace seen outside strings
 	for {
 		// A value starts at d[i].
 		if i >= len(d) {
-			return false, false
+			return -1, false
 		}
 		switch c := d[i]; c {
 		case '{', '[':
-			if len(stack) == maxDepth {
-				return false, false
+			if depth+len(stack) >= maxDepth {
+				return -1, false
 			}
 			i++
 			if j := SkipSpace(d, i); j != i {
@@ -57,42 +62,42 @@ func Check(d []byte) (valid, compact bool) {
 			stack = append(stack, c)
 			if c == '{' {
 				if i = memberValue(d, i, &spaced); i < 0 {
-					return false, false
+					return -1, false
 				}
 			}
 			continue
 		case '"':
 			if i = endValidString(d, i); i < 0 {
-				return false, false
+				return -1, false
 			}
 		case 't':
 			if i = literal(d, i, "true"); i < 0 {
-				return false, false
+				return -1, false
 			}
 		case 'f':
 			if i = literal(d, i, "false"); i < 0 {
-				return false, false
+				return -1, false
 			}
 		case 'n':
 			if i = literal(d, i, "null"); i < 0 {
-				return false, false
+				return -1, false
 			}
 		default:
 			if i = endNumber(d, i); i < 0 {
-				return false, false
+				return -1, false
 			}
 		}
 		// After a value: close what ends here, then the next member or
-		// element, or the end of d.
+		// element, or the end of the value.
 		for {
+			if len(stack) == 0 {
+				return i, !spaced
+			}
 			if j := SkipSpace(d, i); j != i {
 				i, spaced = j, true
 			}
-			if len(stack) == 0 {
-				return i == len(d), i == len(d) && !spaced
-			}
 			if i >= len(d) {
-				return false, false
+				return -1, false
 			}
 			open := stack[len(stack)-1]
 			if d[i] == open+2 {
@@ -101,7 +106,7 @@ func Check(d []byte) (valid, compact bool) {
 				continue
 			}
 			if d[i] != ',' {
-				return false, false
+				return -1, false
 			}
 			i++
 			if j := SkipSpace(d, i); j != i {
@@ -109,11 +114,85 @@ func Check(d []byte) (valid, compact bool) {
 			}
 			if open == '{' {
 				if i = memberValue(d, i, &spaced); i < 0 {
-					return false, false
+					return -1, false
 				}
 			}
 			break
 		}
+	}
+}
+
+// Members walks the object that starts at d[i], inside depth objects and
+// arrays, checking its JSON as CheckValue does, and returns the index
+// after it. fn gets each key and the index where its value starts; it
+// checks and reads the value (with CheckValue at depth+1, or Members or
+// Elements at depth+1) and returns the index after it, or -1 to stop the
+// walk: then ok is false, as when the JSON is not valid or a key has an
+// escape (it may spell a known name).
+func Members(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
+	if i >= len(d) || d[i] != '{' || depth >= maxDepth {
+		return 0, false
+	}
+	i = SkipSpace(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return 0, false
+		}
+		ke := endValidString(d, i)
+		if ke < 0 {
+			return 0, false
+		}
+		key := d[i+1 : ke-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, ke)
+		if i >= len(d) || d[i] != ':' {
+			return 0, false
+		}
+		if i = fn(key, SkipSpace(d, i+1)); i < 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, i)
+		switch {
+		case i >= len(d):
+			return 0, false
+		case d[i] == '}':
+			return i + 1, true
+		case d[i] != ',':
+			return 0, false
+		}
+		i = SkipSpace(d, i+1)
+	}
+}
+
+// Elements walks the array that starts at d[i] as Members walks an
+// object: fn gets the index where each element starts.
+func Elements(d []byte, i, depth int, fn func(at int) int) (end int, ok bool) {
+	if i >= len(d) || d[i] != '[' || depth >= maxDepth {
+		return 0, false
+	}
+	i = SkipSpace(d, i+1)
+	if i < len(d) && d[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		if i = fn(i); i < 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, i)
+		switch {
+		case i >= len(d):
+			return 0, false
+		case d[i] == ']':
+			return i + 1, true
+		case d[i] != ',':
+			return 0, false
+		}
+		i = SkipSpace(d, i+1)
 	}
 }
 
@@ -235,8 +314,6 @@ func digits(d []byte, i int) int {
 	return i
 }
 
-// The functions below walk JSON that Check accepted.
-
 // SkipSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
 func SkipSpace(d []byte, i int) int {
@@ -249,100 +326,6 @@ func SkipSpace(d []byte, i int) int {
 		}
 	}
 	return i
-}
-
-// EndString returns the index after the string that starts at d[i].
-func EndString(d []byte, i int) int {
-	for i++; i < len(d); i++ {
-		switch d[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(d)
-}
-
-// EndValue returns the index after the value that starts at d[i].
-func EndValue(d []byte, i int) int {
-	switch d[i] {
-	case '"':
-		return EndString(d, i)
-	case '{', '[':
-		depth := 0
-		for i < len(d) {
-			switch d[i] {
-			case '"':
-				i = EndString(d, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(d)
-	}
-	for ; i < len(d); i++ {
-		switch d[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-	}
-	return len(d)
-}
-
-// Object calls fn with the key and the raw value of each member of the
-// object that starts at d[i], in order, until fn returns false, and
-// returns the index after the object. A key with an escape is refused
-// (ok is false) without calling fn: it may spell a known name.
-func Object(d []byte, i int, fn func(key, val []byte) bool) (end int, ok bool) {
-	i = SkipSpace(d, i+1)
-	if d[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		ke := EndString(d, i)
-		key := d[i+1 : ke-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			return 0, false
-		}
-		i = SkipSpace(d, SkipSpace(d, ke)+1) // after ':'
-		ve := EndValue(d, i)
-		if !fn(key, d[i:ve]) {
-			return 0, false
-		}
-		i = SkipSpace(d, ve)
-		if d[i] == '}' {
-			return i + 1, true
-		}
-		i = SkipSpace(d, i+1) // after ','
-	}
-}
-
-// Array calls fn with each element of the array that starts at d[i], in
-// order, until fn returns false, and returns the index after the array.
-func Array(d []byte, i int, fn func(val []byte) bool) (end int, ok bool) {
-	i = SkipSpace(d, i+1)
-	if d[i] == ']' {
-		return i + 1, true
-	}
-	for {
-		ve := EndValue(d, i)
-		if !fn(d[i:ve]) {
-			return 0, false
-		}
-		i = SkipSpace(d, ve)
-		if d[i] == ']' {
-			return i + 1, true
-		}
-		i = SkipSpace(d, i+1) // after ','
-	}
 }
 
 // String decodes a string value as encoding/json does (escapes, invalid

@@ -34,42 +34,21 @@ func FuzzCheck(f *testing.F) {
 		if compact != bytes.Equal(c.Bytes(), d) {
 			t.Fatalf("Check(%q) compact = %v, json.Compact gives %q", d, compact, c.Bytes())
 		}
-		// The walkers find the same members and elements as encoding/json.
+		// Scalars read as encoding/json reads them.
 		i := SkipSpace(d, 0)
-		var got []json.RawMessage
+		val := d[i:]
+		if e, _ := CheckValue(d, i, 0); e >= 0 {
+			val = d[i:e]
+		}
 		switch d[i] {
-		case '{':
-			var want map[string]json.RawMessage
-			_, ok := Object(d, i, func(key, val []byte) bool {
-				got = append(got, val)
-				return json.Valid(val) && json.Valid(append(append([]byte{'"'}, key...), '"'))
-			})
-			if ok && json.Unmarshal(d, &want) != nil {
-				t.Fatalf("Object walked %q, which does not decode", d)
-			}
-		case '[':
-			var want []json.RawMessage
-			_, ok := Array(d, i, func(val []byte) bool { got = append(got, val); return true })
-			if err := json.Unmarshal(d, &want); err != nil || !ok || len(want) != len(got) {
-				t.Fatalf("Array(%q) = %d elements, %v; encoding/json: %d, %v", d, len(got), ok, len(want), err)
-			}
-			for k := range want {
-				var w bytes.Buffer
-				_ = json.Compact(&w, want[k])
-				var g bytes.Buffer
-				_ = json.Compact(&g, got[k])
-				if !bytes.Equal(w.Bytes(), g.Bytes()) {
-					t.Fatalf("Array(%q) element %d is %q, encoding/json's %q", d, k, got[k], want[k])
-				}
-			}
 		case '"':
-			s, ok := String(d[i:EndValue(d, i)])
+			s, ok := String(val)
 			var want string
 			if err := json.Unmarshal(d, &want); !ok || err != nil || s != want {
 				t.Fatalf("String(%q) = %q, %v; encoding/json: %q, %v", d, s, ok, want, err)
 			}
+		case '{', '[':
 		default:
-			val := d[i:EndValue(d, i)]
 			if n, ok := Uint(val, 64); ok {
 				var want uint64
 				if err := json.Unmarshal(d, &want); err != nil || want != n {
@@ -86,6 +65,67 @@ func FuzzCheck(f *testing.F) {
 	})
 }
 
+// walk checks the value at d[at] with Members and Elements all the way
+// down, as the decoders built on them do, and returns the index after it,
+// or -1.
+func walk(d []byte, at, depth int, elements *[][]byte) int {
+	if at >= len(d) {
+		return -1
+	}
+	switch d[at] {
+	case '{':
+		end, ok := Members(d, at, depth, func(_ []byte, at int) int { return walk(d, at, depth+1, nil) })
+		if !ok {
+			return -1
+		}
+		return end
+	case '[':
+		end, ok := Elements(d, at, depth, func(at int) int {
+			end := walk(d, at, depth+1, nil)
+			if elements != nil && end >= 0 {
+				*elements = append(*elements, d[at:end])
+			}
+			return end
+		})
+		if !ok {
+			return -1
+		}
+		return end
+	}
+	end, _ := CheckValue(d, at, depth)
+	return end
+}
+
+// FuzzWalk checks that Members and Elements accept exactly what
+// json.Valid accepts (but keys with escapes, which they refuse) and find
+// the elements encoding/json finds.
+func FuzzWalk(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		var elements [][]byte
+		end := walk(d, SkipSpace(d, 0), 0, &elements)
+		walked := end >= 0 && SkipSpace(d, end) == len(d)
+		valid := json.Valid(d)
+		if walked && !valid || !walked && valid && !bytes.Contains(d, []byte{'\\'}) {
+			t.Fatalf("the walk of %q is %v, json.Valid says %v", d, walked, valid)
+		}
+		if !walked || d[SkipSpace(d, 0)] != '[' {
+			return
+		}
+		var want []json.RawMessage
+		if err := json.Unmarshal(d, &want); err != nil || len(want) != len(elements) {
+			t.Fatalf("%d elements in %q; encoding/json: %d, %v", len(elements), d, len(want), err)
+		}
+		for k := range want {
+			if !bytes.Equal(want[k], elements[k]) {
+				t.Fatalf("element %d of %q is %q, encoding/json's %q", k, d, elements[k], want[k])
+			}
+		}
+	})
+}
+
 func TestCheckDepth(t *testing.T) {
 	for _, n := range []int{maxDepth, maxDepth + 1} {
 		for _, open := range []string{"[", `{"a":`} {
@@ -94,18 +134,29 @@ func TestCheckDepth(t *testing.T) {
 				closing = "}"
 			}
 			d := []byte(strings.Repeat(open, n) + "1" + strings.Repeat(closing, n))
-			if got, want := Valid(d), json.Valid(d); got != want {
+			if got, want := valid(d), json.Valid(d); got != want {
 				t.Errorf("%d times %s: Valid = %v, json.Valid = %v", n, open, got, want)
 			}
+			if end := walk(d, 0, 0, nil); (end == len(d)) != json.Valid(d) {
+				t.Errorf("%d times %s: walk = %d of %d, json.Valid = %v", n, open, end, len(d), json.Valid(d))
+			}
 			d = []byte(strings.Repeat(open, n-1) + "[]" + strings.Repeat(closing, n-1))
-			if got, want := Valid(d), json.Valid(d); got != want {
+			if got, want := valid(d), json.Valid(d); got != want {
 				t.Errorf("%d times %s with [] inside: Valid = %v, json.Valid = %v", n, open, got, want)
+			}
+			if end := walk(d, 0, 0, nil); (end == len(d)) != json.Valid(d) {
+				t.Errorf("%d times %s with [] inside: walk = %d of %d, json.Valid = %v", n, open, end, len(d), json.Valid(d))
 			}
 		}
 	}
 	if !json.Valid([]byte(strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth))) {
 		t.Error("encoding/json's limit is no longer maxDepth")
 	}
+}
+
+func valid(d []byte) bool {
+	ok, _ := Check(d)
+	return ok
 }
 
 func BenchmarkCheck(b *testing.B) {
