@@ -124,6 +124,7 @@ func fastDecodeResult(d []byte, r *Result) bool {
 			return -1
 		}
 		ws = make([]Written, 0, (len(d)-at)/48+1)
+		prev := "" // the last client: the next ones likely repeat it
 		end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
 			var w Written
 			var seen [4]bool
@@ -137,7 +138,8 @@ func fastDecodeResult(d []byte, r *Result) bool {
 				var n int64
 				switch string(key) {
 				case "client":
-					w.Client, ok = jsonfast.String(v)
+					w.Client, ok = jsonfast.StringLike(v, prev)
+					prev = w.Client
 					ok = once(&seen[0]) && ok
 				case "id":
 					w.ID, ok = jsonfast.Uint(v, 64)

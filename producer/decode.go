@@ -46,8 +46,9 @@ func pushMutations(d []byte, at int, out *[]PushMutation) int {
 	// A guess of the count from the size saves regrowing; encoding/json
 	// makes an empty array an empty slice, not nil.
 	ms := make([]PushMutation, 0, min((len(d)-at)/128+1, DefaultMaxBatch))
+	var prev PushMutation // whose names the next ones likely repeat
 	end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
-		var pm PushMutation
+		pm := PushMutation{Client: prev.Client, Name: prev.Name}
 		var seen [5]bool
 		end, ok := jsonfast.Members(d, at, 2, func(key []byte, at int) int {
 			switch string(key) {
@@ -75,7 +76,15 @@ func pushMutations(d []byte, at int, out *[]PushMutation) int {
 		if !ok {
 			return -1
 		}
+		// A member that is absent is the zero value, as for encoding/json.
+		if !seen[0] {
+			pm.Client = ""
+		}
+		if !seen[2] {
+			pm.Name = ""
+		}
 		ms = append(ms, pm)
+		prev = pm
 		return end
 	})
 	if !ok {
@@ -87,13 +96,13 @@ func pushMutations(d []byte, at int, out *[]PushMutation) int {
 
 // stringAt checks the value at d[at], inside depth objects and arrays,
 // reads it into out if it is a string and returns the index after it, or
-// -1.
+// -1. The string already in out is reused if it is the same.
 func stringAt(d []byte, at, depth int, out *string) int {
 	end, _ := jsonfast.CheckValue(d, at, depth)
 	if end < 0 {
 		return -1
 	}
-	s, ok := jsonfast.String(d[at:end])
+	s, ok := jsonfast.StringLike(d[at:end], *out)
 	if !ok {
 		return -1
 	}

@@ -341,6 +341,15 @@ func String(val []byte) (s string, ok bool) {
 	return s, json.Unmarshal(val, &s) == nil
 }
 
+// StringLike is String that returns prev, without allocating, when val
+// decodes to it: the client and mutator names of a push mostly repeat.
+func StringLike(val []byte, prev string) (s string, ok bool) {
+	if len(val) >= 2 && val[0] == '"' && string(val[1:len(val)-1]) == prev && bytes.IndexByte(val, '\\') < 0 && utf8.ValidString(prev) {
+		return prev, true
+	}
+	return String(val)
+}
+
 // Uint decodes a number into an unsigned integer of bitSize bits as
 // encoding/json does; ok is false for anything encoding/json refuses or
 // decodes differently: a sign, a fraction, an exponent, an overflow,

@@ -47,6 +47,11 @@ func FuzzCheck(f *testing.F) {
 			if err := json.Unmarshal(d, &want); !ok || err != nil || s != want {
 				t.Fatalf("String(%q) = %q, %v; encoding/json: %q, %v", d, s, ok, want, err)
 			}
+			for _, prev := range []string{"", want, string(val[1 : len(val)-1])} {
+				if s, ok := StringLike(val, prev); !ok || s != want {
+					t.Fatalf("StringLike(%q, %q) = %q, %v; encoding/json: %q", d, prev, s, ok, want)
+				}
+			}
 		case '{', '[':
 		default:
 			if n, ok := Uint(val, 64); ok {
