@@ -15,16 +15,20 @@ import (
 // the way encoding/json would (a member name in another case or with an
 // escape, a duplicate member, null, a wrong type, a number that does not
 // fit, an unknown member: every error) goes through decodeJSON.
-func decodePush(body []byte, req *PushRequest) *Error {
-	if fastDecodePush(body, req) {
-		return nil
+//
+// compactArgs, when not nil, says which mutations' args the fast path
+// found to be compact JSON, which write then need not check again.
+func decodePush(body []byte, req *PushRequest) (compactArgs []bool, aerr *Error) {
+	if compactArgs, ok := fastDecodePush(body, req); ok {
+		return compactArgs, nil
 	}
 	*req = PushRequest{}
-	return decodeJSON(body, req, true)
+	return nil, decodeJSON(body, req, true)
 }
 
-// fastDecodePush reports whether it decoded body into req.
-func fastDecodePush(d []byte, req *PushRequest) bool {
+// fastDecodePush reports whether it decoded body into req, and which
+// args are compact JSON.
+func fastDecodePush(d []byte, req *PushRequest) (compactArgs []bool, ok bool) {
 	var seen [3]bool
 	end, ok := jsonfast.Members(d, jsonfast.SkipSpace(d, 0), 0, func(key []byte, at int) int {
 		switch string(key) {
@@ -33,23 +37,25 @@ func fastDecodePush(d []byte, req *PushRequest) bool {
 		case "clientGroup":
 			return once(&seen[1], stringAt(d, at, 1, &req.ClientGroup))
 		case "mutations":
-			return once(&seen[2], pushMutations(d, at, &req.Mutations))
+			return once(&seen[2], pushMutations(d, at, &req.Mutations, &compactArgs))
 		}
 		return -1
 	})
-	return ok && jsonfast.SkipSpace(d, end) == len(d)
+	return compactArgs, ok && jsonfast.SkipSpace(d, end) == len(d)
 }
 
 // pushMutations reads the array of mutations at d[at] into out and
 // returns the index after it, or -1.
-func pushMutations(d []byte, at int, out *[]PushMutation) int {
+func pushMutations(d []byte, at int, out *[]PushMutation, compactArgs *[]bool) int {
 	// A guess of the count from the size saves regrowing; encoding/json
 	// makes an empty array an empty slice, not nil.
 	ms := make([]PushMutation, 0, min((len(d)-at)/128+1, DefaultMaxBatch))
+	compact := make([]bool, 0, cap(ms))
 	var prev PushMutation // whose names the next ones likely repeat
 	end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
 		pm := PushMutation{Client: prev.Client, Name: prev.Name}
 		var seen [5]bool
+		var argsCompact bool
 		end, ok := jsonfast.Members(d, at, 2, func(key []byte, at int) int {
 			switch string(key) {
 			case "client":
@@ -62,9 +68,9 @@ func pushMutations(d []byte, at int, out *[]PushMutation) int {
 			case "args":
 				// encoding/json keeps a json.RawMessage's bytes as they
 				// are, null included.
-				end, _ := jsonfast.CheckValue(d, at, 3)
+				end, c := jsonfast.CheckValue(d, at, 3)
 				if end >= 0 {
-					pm.Args = d[at:end]
+					pm.Args, argsCompact = d[at:end], c
 				}
 				return once(&seen[3], end)
 			case "ts":
@@ -84,13 +90,14 @@ func pushMutations(d []byte, at int, out *[]PushMutation) int {
 			pm.Name = ""
 		}
 		ms = append(ms, pm)
+		compact = append(compact, argsCompact)
 		prev = pm
 		return end
 	})
 	if !ok {
 		return -1
 	}
-	*out = ms
+	*out, *compactArgs = ms, compact
 	return end
 }
 

@@ -1,6 +1,8 @@
 package producer
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -35,7 +37,7 @@ func FuzzPushDecode(f *testing.F) {
 	now := time.UnixMilli(1_700_000_000_000)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req PushRequest
-		if aerr := decodePush(body, &req); aerr != nil {
+		if _, aerr := decodePush(body, &req); aerr != nil {
 			if aerr.Status >= 500 || aerr.Code == "" || aerr.Message == "" {
 				t.Fatalf("bad refusal %+v", aerr)
 			}
@@ -104,12 +106,23 @@ func FuzzDecodePush(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var want, got PushRequest
 		werr := decodeJSON(body, &want, true)
-		gerr := decodePush(body, &got)
+		compactArgs, gerr := decodePush(body, &got)
 		if !reflect.DeepEqual(gerr, werr) {
 			t.Fatalf("error %+v, encoding/json's is %+v", gerr, werr)
 		}
 		if werr == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("decoded\n%#v\nencoding/json decodes\n%#v", got, want)
+		}
+		// What write takes for compact JSON is compact JSON.
+		if compactArgs != nil && len(compactArgs) != len(got.Mutations) {
+			t.Fatalf("%d compact flags for %d mutations", len(compactArgs), len(got.Mutations))
+		}
+		for i, c := range compactArgs {
+			args := got.Mutations[i].Args
+			var buf bytes.Buffer
+			if c != (len(args) > 0 && json.Compact(&buf, args) == nil && bytes.Equal(buf.Bytes(), args)) {
+				t.Fatalf("mutation %d: args %q compact: %v", i, args, c)
+			}
 		}
 	})
 }
@@ -119,13 +132,13 @@ func FuzzDecodePush(f *testing.F) {
 func TestDecodePushFastPath(t *testing.T) {
 	for _, s := range pushSeeds[:3] {
 		var req PushRequest
-		if !fastDecodePush([]byte(s), &req) {
+		if _, ok := fastDecodePush([]byte(s), &req); !ok {
 			t.Errorf("the fast path refuses %s", s)
 		}
 	}
 	for _, s := range pushSeeds[3:] {
 		var req PushRequest
-		if fastDecodePush([]byte(s), &req) && decodeJSON([]byte(s), new(PushRequest), true) != nil {
+		if _, ok := fastDecodePush([]byte(s), &req); ok && decodeJSON([]byte(s), new(PushRequest), true) != nil {
 			t.Errorf("the fast path accepts %s, which encoding/json refuses", s)
 		}
 	}

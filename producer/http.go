@@ -49,7 +49,8 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req PushRequest
-	if aerr := decodePush(in.body, &req); aerr != nil {
+	var aerr *Error
+	if in.compactArgs, aerr = decodePush(in.body, &req); aerr != nil {
 		p.fail(w, "canon", aerr)
 		return
 	}
@@ -123,6 +124,9 @@ type incoming struct {
 	claims       *auth.Claims
 	body         []byte
 	start        time.Time
+	// compactArgs says which mutations' args decoding found to be compact
+	// JSON (nil: none known).
+	compactArgs []bool
 }
 
 // accept authenticates a push for write access and reads its body; on
@@ -148,7 +152,7 @@ func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, 
 		p.fail(w, in.api, aerr)
 		return nil, false
 	}
-	written, aerr := p.write(r.Context(), in.claims, ms, in.start)
+	written, aerr := p.write(r.Context(), in.claims, ms, in.compactArgs, in.start)
 	if aerr != nil {
 		p.fail(w, in.api, aerr)
 		return nil, false
@@ -169,7 +173,7 @@ func (p *Producer) Push(ctx context.Context, claims *auth.Claims, org, project s
 	ms, aerr := p.mutations(org, project, req.Branch, req.ClientGroup, claims, req.Mutations, start)
 	if aerr == nil {
 		var written []Written
-		if written, aerr = p.write(ctx, claims, ms, start); aerr == nil {
+		if written, aerr = p.write(ctx, claims, ms, nil, start); aerr == nil {
 			p.m.observe("ws", len(ms), p.cfg.Now().Sub(start))
 			return written, nil
 		}
@@ -344,14 +348,16 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 }
 
 // write encodes (validating every field and limit), rate-limits and
-// produces the mutations.
-func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, received time.Time) ([]Written, *Error) {
+// produces the mutations. compactArgs[i] says that decoding found the
+// args of ms[i] to be compact JSON; the others are checked here.
+func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, compactArgs []bool, received time.Time) ([]Written, *Error) {
 	values := make([][]byte, len(ms))
 	for i, m := range ms {
 		encode := schemas.EncodeMutation
-		if valid, compact := jsonfast.Check(m.Args); valid && compact {
-			// Checked here at jsonfast's speed: no second scan by
-			// encoding/json's.
+		if i < len(compactArgs) && compactArgs[i] {
+			encode = schemas.EncodeCheckedMutation
+		} else if valid, compact := jsonfast.Check(m.Args); valid && compact {
+			// Checked at jsonfast's speed: no second scan by encoding/json's.
 			encode = schemas.EncodeCheckedMutation
 		}
 		v, err := encode(m, p.cfg.Limits)
