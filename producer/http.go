@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
@@ -48,6 +49,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer in.release()
 	var req PushRequest
 	var aerr *Error
 	if in.compactArgs, aerr = decodePush(in.body, &req); aerr != nil {
@@ -127,6 +129,24 @@ type incoming struct {
 	// compactArgs says which mutations' args decoding found to be compact
 	// JSON (nil: none known).
 	compactArgs []bool
+	buf         *bytes.Buffer // holds body
+}
+
+// bodies are buffers for request bodies: a push's body is garbage as soon
+// as it is answered, and it is the largest allocation of a push.
+var bodies sync.Pool
+
+// maxPooledBody bounds the buffers kept for reuse.
+const maxPooledBody = 1 << 20
+
+// release gives the body's buffer back for another request. Nothing may
+// use the body, or the args that alias it, afterwards: the handlers
+// release it when they return, when every record has its own copy.
+func (in *incoming) release() {
+	if in.buf != nil && in.buf.Cap() <= maxPooledBody {
+		bodies.Put(in.buf)
+	}
+	in.buf, in.body = nil, nil
 }
 
 // accept authenticates a push for write access and reads its body; on
@@ -135,7 +155,7 @@ func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*
 	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
 	var aerr *Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
-		in.body, aerr = p.readBody(w, r)
+		in.body, in.buf, aerr = p.readBody(w, r)
 	}
 	if aerr != nil {
 		p.fail(w, api, aerr)
@@ -204,33 +224,37 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 	return claims, nil
 }
 
-// readBody checks the content type and reads at most MaxBodyBytes.
-func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+// readBody checks the content type and reads at most MaxBodyBytes, into
+// buf, a buffer of bodies.
+func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte, buf *bytes.Buffer, _ *Error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+		return nil, nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
 			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
 			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
 	}
 	if r.ContentLength > p.cfg.MaxBodyBytes {
-		return nil, p.bodyTooLarge(r.ContentLength)
+		return nil, nil, p.bodyTooLarge(r.ContentLength)
 	}
 	// Read into a buffer of the announced size: io.ReadAll would grow one
 	// from 512 bytes, copying and dropping each size on the way.
-	var buf bytes.Buffer
+	buf, _ = bodies.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength) + bytes.MinRead)
 	}
 	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
-	body := buf.Bytes()
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, p.bodyTooLarge(-1)
+		return nil, nil, p.bodyTooLarge(-1)
 	}
 	if err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
+		return nil, nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
 	}
-	return body, nil
+	return buf.Bytes(), buf, nil
 }
 
 func (p *Producer) bodyTooLarge(n int64) *Error {
