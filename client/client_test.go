@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -138,5 +140,53 @@ func TestWriterResendsFromTheExpectedID(t *testing.T) {
 	_, err = w.Flush(context.Background())
 	if err == nil || w.Pending() == 0 {
 		t.Fatalf("a gap to an id the writer no longer holds: %v, %d pending", err, w.Pending())
+	}
+}
+
+// Pushes from several goroutines keep their connections: a Client keeps
+// more idle connections per host than http.DefaultTransport's 2.
+func TestConcurrentPushesReuseConnections(t *testing.T) {
+	const pushers, rounds = 8, 5
+	var round atomic.Pointer[sync.WaitGroup] // every push of a round is in flight at once
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p Push
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		wg := round.Load()
+		wg.Done()
+		wg.Wait()
+		_, res := applied(p)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := New(srv.URL)
+	for r := range rounds {
+		wg := new(sync.WaitGroup)
+		wg.Add(pushers)
+		round.Store(wg)
+		var done sync.WaitGroup
+		for i := range pushers {
+			done.Go(func() {
+				p := Push{ClientGroup: "g", Mutations: []Mutation{{Client: fmt.Sprint(i), ID: uint64(r + 1), Name: "x", Args: json.RawMessage(`{}`)}}}
+				if _, err := c.Push(context.Background(), "acme", "p", p, PushOptions{}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		done.Wait()
+	}
+	// 8 connections at least; with 2 kept idle, 6 more in every round.
+	if n := conns.Load(); n > 2*pushers {
+		t.Fatalf("%d connections for %d rounds of %d concurrent pushes", n, rounds, pushers)
 	}
 }

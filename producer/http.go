@@ -11,9 +11,11 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -47,8 +49,10 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer in.release()
 	var req PushRequest
-	if aerr := decodeJSON(in.body, &req, true); aerr != nil {
+	var aerr *Error
+	if in.compactArgs, aerr = decodePush(in.body, &req); aerr != nil {
 		p.fail(w, "canon", aerr)
 		return
 	}
@@ -62,7 +66,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait == 0 {
-		writeJSON(w, http.StatusOK, PushResponse{Mutations: written})
+		writePushResponse(w, http.StatusOK, PushResponse{Mutations: written})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
@@ -122,6 +126,27 @@ type incoming struct {
 	claims       *auth.Claims
 	body         []byte
 	start        time.Time
+	// compactArgs says which mutations' args decoding found to be compact
+	// JSON (nil: none known).
+	compactArgs []bool
+	buf         *bytes.Buffer // holds body
+}
+
+// bodies are buffers for request bodies: a push's body is garbage as soon
+// as it is answered, and it is the largest allocation of a push.
+var bodies sync.Pool
+
+// maxPooledBody bounds the buffers kept for reuse.
+const maxPooledBody = 1 << 20
+
+// release gives the body's buffer back for another request. Nothing may
+// use the body, or the args that alias it, afterwards: the handlers
+// release it when they return, when every record has its own copy.
+func (in *incoming) release() {
+	if in.buf != nil && in.buf.Cap() <= maxPooledBody {
+		bodies.Put(in.buf)
+	}
+	in.buf, in.body = nil, nil
 }
 
 // accept authenticates a push for write access and reads its body; on
@@ -130,7 +155,7 @@ func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*
 	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
 	var aerr *Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
-		in.body, aerr = p.readBody(w, r)
+		in.body, in.buf, aerr = p.readBody(w, r)
 	}
 	if aerr != nil {
 		p.fail(w, api, aerr)
@@ -147,7 +172,7 @@ func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, 
 		p.fail(w, in.api, aerr)
 		return nil, false
 	}
-	written, aerr := p.write(r.Context(), in.claims, ms, in.start)
+	written, aerr := p.write(r.Context(), in.claims, ms, in.compactArgs, in.start)
 	if aerr != nil {
 		p.fail(w, in.api, aerr)
 		return nil, false
@@ -168,7 +193,7 @@ func (p *Producer) Push(ctx context.Context, claims *auth.Claims, org, project s
 	ms, aerr := p.mutations(org, project, req.Branch, req.ClientGroup, claims, req.Mutations, start)
 	if aerr == nil {
 		var written []Written
-		if written, aerr = p.write(ctx, claims, ms, start); aerr == nil {
+		if written, aerr = p.write(ctx, claims, ms, nil, start); aerr == nil {
 			p.m.observe("ws", len(ms), p.cfg.Now().Sub(start))
 			return written, nil
 		}
@@ -199,26 +224,37 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 	return claims, nil
 }
 
-// readBody checks the content type and reads at most MaxBodyBytes.
-func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+// readBody checks the content type and reads at most MaxBodyBytes, into
+// buf, a buffer of bodies.
+func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte, buf *bytes.Buffer, _ *Error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+		return nil, nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
 			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
 			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
 	}
 	if r.ContentLength > p.cfg.MaxBodyBytes {
-		return nil, p.bodyTooLarge(r.ContentLength)
+		return nil, nil, p.bodyTooLarge(r.ContentLength)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	// Read into a buffer of the announced size: io.ReadAll would grow one
+	// from 512 bytes, copying and dropping each size on the way.
+	buf, _ = bodies.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, p.bodyTooLarge(-1)
+		return nil, nil, p.bodyTooLarge(-1)
 	}
 	if err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
+		return nil, nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
 	}
-	return body, nil
+	return buf.Bytes(), buf, nil
 }
 
 func (p *Producer) bodyTooLarge(n int64) *Error {
@@ -312,6 +348,7 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 			Hint:    "split the mutations over several pushes, in order"}
 	}
 	ms := make([]*schemas.Mutation, len(in))
+	block := make([]schemas.Mutation, len(in)) // one allocation, not one per mutation
 	last := map[string]uint64{}
 	for i, pm := range in {
 		if pm.ID == 0 {
@@ -327,18 +364,27 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 		if len(args) == 0 {
 			args = json.RawMessage("null")
 		}
-		ms[i] = &schemas.Mutation{Org: org, Project: project, Branch: branch, ClientGroup: group, Client: pm.Client,
+		block[i] = schemas.Mutation{Org: org, Project: project, Branch: branch, ClientGroup: group, Client: pm.Client,
 			ID: pm.ID, Name: pm.Name, Args: args, TS: pm.TS, Principal: claims.Principal(), ReceivedAt: received.UnixMilli()}
+		ms[i] = &block[i]
 	}
 	return ms, nil
 }
 
 // write encodes (validating every field and limit), rate-limits and
-// produces the mutations.
-func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, received time.Time) ([]Written, *Error) {
+// produces the mutations. compactArgs[i] says that decoding found the
+// args of ms[i] to be compact JSON; the others are checked here.
+func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, compactArgs []bool, received time.Time) ([]Written, *Error) {
 	values := make([][]byte, len(ms))
 	for i, m := range ms {
-		v, err := schemas.EncodeMutation(m, p.cfg.Limits)
+		encode := schemas.EncodeMutation
+		if i < len(compactArgs) && compactArgs[i] {
+			encode = schemas.EncodeCheckedMutation
+		} else if valid, compact := jsonfast.Check(m.Args); valid && compact {
+			// Checked at jsonfast's speed: no second scan by encoding/json's.
+			encode = schemas.EncodeCheckedMutation
+		}
+		v, err := encode(m, p.cfg.Limits)
 		if err != nil {
 			return nil, fieldError(i, err)
 		}

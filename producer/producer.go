@@ -225,14 +225,15 @@ type Written struct {
 func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [][]byte, received time.Time) ([]Written, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ProduceTimeout)
 	defer cancel()
+	// The records share their key and headers (all are of one project),
+	// and are allocated together: franz-go does not modify them.
+	key := schemas.ProjectKey(ms[0].Org, ms[0].Project)
+	headers := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}
+	block := make([]kgo.Record, len(ms))
 	recs := make([]*kgo.Record, len(ms))
-	for i, m := range ms {
-		recs[i] = &kgo.Record{
-			Key:       schemas.ProjectKey(m.Org, m.Project),
-			Value:     values[i],
-			Timestamp: received,
-			Headers:   []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}},
-		}
+	for i := range ms {
+		block[i] = kgo.Record{Key: key, Value: values[i], Timestamp: received, Headers: headers}
+		recs[i] = &block[i]
 	}
 	results := p.cl.ProduceSync(ctx, recs...)
 	if err := results.FirstErr(); err != nil {

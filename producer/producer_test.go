@@ -333,3 +333,38 @@ func bindGroup(t *testing.T, brokers []string, names kafka.TopicNames, org, proj
 		t.Fatal(err)
 	}
 }
+
+// Bodies are read into reused buffers: the records of one push keep their
+// args after the next push has reused its body's buffer.
+func TestPushesKeepTheirArgs(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	const n = 20
+	for i := 1; i <= n; i++ {
+		body := `{"clientGroup":"g","mutations":[` + mutationJSON("c", uint64(i), "item.put", fmt.Sprintf(`{"collection":"t","id":"a","data":%d}`, 1000+i)) + `]}`
+		if status, out, _ := f.post("/v1/projects/acme/roadmap/push", tok, "application/json", body); status != 200 {
+			t.Fatalf("push %d: %d %v", i, status, out)
+		}
+	}
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Mutations), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for len(recs) < n && ctx.Err() == nil {
+		recs = append(recs, cl.PollRecords(ctx, n-len(recs)).Records()...)
+	}
+	if len(recs) != n {
+		t.Fatalf("%d records", len(recs))
+	}
+	for _, r := range recs {
+		m, err := schemas.DecodeMutation(schemas.SchemaMutationV1, r.Value, schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(`{"collection":"t","id":"a","data":%d}`, 1000+m.ID); string(m.Args) != want {
+			t.Fatalf("mutation %d has args %s, want %s", m.ID, m.Args, want)
+		}
+	}
+}

@@ -33,6 +33,7 @@ func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) 
 	if !ok {
 		return
 	}
+	defer in.release()
 	var req replicachePush
 	// Replicache may add fields: unknown ones are ignored here.
 	if aerr := decodeJSON(in.body, &req, false); aerr != nil {

@@ -203,16 +203,38 @@ var jsonNull = json.RawMessage("null")
 // record. Nil Args are written as null. A zero field of l is taken from
 // DefaultLimits.
 func EncodeMutation(m *Mutation, l Limits) ([]byte, error) {
+	return encodeMutation(m, l, false)
+}
+
+// EncodeCheckedMutation is EncodeMutation for a caller that has checked
+// that m.Args, unless empty, is valid JSON without whitespace outside its
+// strings, as the ingest does while it decodes a push: the args are
+// copied as they are instead of being scanned again. Everything else is
+// validated, and the value and the errors are those of EncodeMutation.
+// Args that are not what the caller checked make a record that readers
+// refuse as undecodable.
+func EncodeCheckedMutation(m *Mutation, l Limits) ([]byte, error) {
+	return encodeMutation(m, l, true)
+}
+
+func encodeMutation(m *Mutation, l Limits, argsChecked bool) ([]byte, error) {
 	l = l.orDefaults()
-	if err := validateMutation(m, l, top, true); err != nil {
-		return nil, fmt.Errorf("encode %s: %w", SchemaMutationV1, err)
+	// The args' JSON is checked while it is written; a mutation that fails
+	// either way is checked again in full, so that the error is the first
+	// one in validateMutation's order.
+	var b []byte
+	err := validateMutation(m, l, top, false)
+	if err == nil {
+		size := 160 + len(m.Org) + len(m.Project) + len(m.Branch) + len(m.ClientGroup) + len(m.Client) + len(m.Name) + len(m.Args) + len(m.Principal)
+		var ok bool
+		if b, ok = appendMutation(make([]byte, 0, size), m, argsChecked); !ok {
+			err = errors.New("the args are not JSON") // replaced below
+		}
 	}
-	w := *m
-	if len(w.Args) == 0 {
-		w.Args = jsonNull
-	}
-	b, err := marshal(&w)
 	if err != nil {
+		if verr := validateMutation(m, l, top, true); verr != nil {
+			err = verr
+		}
 		return nil, fmt.Errorf("encode %s: %w", SchemaMutationV1, err)
 	}
 	if len(b) > l.MaxMutationBytes {

@@ -136,11 +136,20 @@ func (k *Keyset) Issue(c Claims, ttl time.Duration, now time.Time) (string, erro
 
 // Verify checks a token's signature (by its kid, among the active keys),
 // expiry and claims, and returns the claims.
+//
+// A token that verified is remembered (until a key is removed), so that a
+// client sending the same token with every request costs one Ed25519
+// verification, not one per request: then only the times, which depend
+// on now, are checked again.
 func (k *Keyset) Verify(token string, now time.Time) (*Claims, error) {
 	if token == "" {
 		return nil, ErrNoToken
 	}
-	c := &Claims{}
+	c, removals := k.verifiedBefore(token, now)
+	if c != nil {
+		return c, nil
+	}
+	c = &Claims{}
 	_, err := jwt.ParseWithClaims(token, c, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
 		pub, ok := k.public(kid)
@@ -159,5 +168,41 @@ func (k *Keyset) Verify(token string, now time.Time) (*Claims, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
+	k.rememberVerified(token, c, removals)
 	return c, nil
+}
+
+// maxVerified bounds the tokens a keyset remembers.
+const maxVerified = 4096
+
+// verifiedBefore returns a copy of the claims of a token that verified
+// before, if they are valid at now as the JWT parser checks them (an
+// expiry after now, a not-before at or before now); nil otherwise, and
+// then Verify checks the token in full and says what is wrong. removals
+// counts the keys removed so far.
+func (k *Keyset) verifiedBefore(token string, now time.Time) (_ *Claims, removals uint64) {
+	k.mu.RLock()
+	c, removals := k.verified[token], k.removals
+	k.mu.RUnlock()
+	if c == nil || c.ExpiresAt == nil || !now.Before(c.ExpiresAt.Time) || c.NotBefore != nil && now.Before(c.NotBefore.Time) {
+		return nil, removals
+	}
+	cp := *c
+	return &cp, removals
+}
+
+// rememberVerified remembers the claims of a token that verified, unless
+// a key was removed since the verification began: it may have been the
+// token's.
+func (k *Keyset) rememberVerified(token string, c *Claims, removals uint64) {
+	cp := *c
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.removals != removals {
+		return
+	}
+	if k.verified == nil || len(k.verified) >= maxVerified {
+		k.verified = make(map[string]*Claims)
+	}
+	k.verified[token] = &cp
 }

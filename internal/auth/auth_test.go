@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -156,6 +158,59 @@ func TestClaimsValidate(t *testing.T) {
 		mutate(&c)
 		if _, err := newKeyset(t, "k").Issue(c, time.Hour, now); err == nil {
 			t.Errorf("%s: issued", name)
+		}
+	}
+}
+
+// A token that verified once is remembered, but its expiry and not-before
+// are checked at every Verify, its claims are copies, and removing a key
+// forgets its tokens, even one whose verification was under way.
+func TestVerifyRemembers(t *testing.T) {
+	k := newKeyset(t, "k1")
+	tok, _ := k.Issue(claims(), time.Hour, now)
+	for _, at := range []time.Time{now, now.Add(time.Hour - time.Second), now} {
+		c, err := k.Verify(tok, at)
+		if err != nil || c.Principal() != "user:alice" {
+			t.Fatalf("at %v: %v, %v", at, c, err)
+		}
+		c.Subject = "user:mallory" // a copy: the next Verify does not see it
+	}
+	if _, ok := k.verified[tok]; !ok {
+		t.Fatal("the token is not remembered")
+	}
+	for _, at := range []time.Time{now.Add(time.Hour), now.Add(2 * time.Hour)} {
+		if _, err := k.Verify(tok, at); !errors.Is(err, ErrExpired) {
+			t.Fatalf("at %v, after its expiry: %v", at, err)
+		}
+	}
+
+	c := claims()
+	c.ExpiresAt = jwt.NewNumericDate(now.Add(time.Hour))
+	c.NotBefore = jwt.NewNumericDate(now.Add(time.Minute))
+	jt := jwt.NewWithClaims(jwt.SigningMethodEdDSA, &c)
+	jt.Header["kid"] = "k1"
+	later, err := jt.SignedString(k.keys[0].private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Verify(later, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Verify(later, now); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "not valid yet") {
+		t.Fatalf("before its not-before: %v", err)
+	}
+
+	_, removals := k.verifiedBefore(later, now)
+	if err := k.Generate("k2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Remove("k1"); err != nil {
+		t.Fatal(err)
+	}
+	k.rememberVerified(later, &c, removals) // a Verify that began before Remove
+	for _, tk := range []string{tok, later} {
+		if _, err := k.Verify(tk, now.Add(time.Minute)); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("a token of a removed key verifies: %v", err)
 		}
 	}
 }

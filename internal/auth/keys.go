@@ -27,6 +27,10 @@ type Key struct {
 type Keyset struct {
 	mu   sync.RWMutex
 	keys []Key
+	// verified are the claims of tokens that verified with keys, by token;
+	// cleared when a key is removed, which removals counts.
+	verified map[string]*Claims
+	removals uint64
 }
 
 // keyFile is the JSON form of a keyset on disk.
@@ -73,6 +77,7 @@ func (k *Keyset) Remove(kid string) error {
 	for i, key := range k.keys {
 		if key.ID == kid {
 			k.keys = append(k.keys[:i], k.keys[i+1:]...)
+			k.verified, k.removals = nil, k.removals+1 // its tokens must fail from now on
 			return nil
 		}
 	}

@@ -1,0 +1,393 @@
+// Package jsonfast checks, reads and writes JSON without reflection, for
+// the hot paths of the push API: the producer's decoding of push bodies
+// and encoding of its answers, and the client's encoding of push bodies
+// and decoding of the answers. Check accepts exactly what json.Valid
+// accepts, and the walkers Members and Elements check the JSON the same
+// way as they go, so that a body is read in one pass. Code built on it
+// handles the common case itself and leaves everything else, errors
+// included, to encoding/json, which keeps its results and error messages
+// those of encoding/json.
+//
+// It uses only the standard library, like package client.
+package jsonfast
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// maxDepth is encoding/json's limit on nesting.
+const maxDepth = 10000
+
+// Check reports whether d is valid JSON, as json.Valid does, and whether
+// it is also compact: without whitespace outside strings, so that
+// json.Compact would leave it as it is.
+func Check(d []byte) (valid, compact bool) {
+	i := SkipSpace(d, 0)
+	end, compact := CheckValue(d, i, 0)
+	if end < 0 || SkipSpace(d, end) != len(d) {
+		return false, false
+	}
+	return true, compact && i == 0 && end == len(d)
+}
+
+// CheckValue checks the JSON value that starts at d[i], inside depth
+// objects and arrays, as json.Valid checks it inside the JSON around it
+// (encoding/json limits the nesting), and returns the index after it and
+// whether it is compact; end is -1 when it is not valid.
+func CheckValue(d []byte, i, depth int) (end int, compact bool) {
+	var buf [32]byte
+	stack := buf[:0] // the open objects and arrays: '{' or '['
+	spaced := false  // whitespace seen outside strings
+	for {
+		// A value starts at d[i].
+		if i >= len(d) {
+			return -1, false
+		}
+		switch c := d[i]; c {
+		case '{', '[':
+			if depth+len(stack) >= maxDepth {
+				return -1, false
+			}
+			i++
+			if j := SkipSpace(d, i); j != i {
+				i, spaced = j, true
+			}
+			if i < len(d) && d[i] == c+2 { // '}' or ']'
+				i++
+				break
+			}
+			stack = append(stack, c)
+			if c == '{' {
+				if i = memberValue(d, i, &spaced); i < 0 {
+					return -1, false
+				}
+			}
+			continue
+		case '"':
+			if i = endValidString(d, i); i < 0 {
+				return -1, false
+			}
+		case 't':
+			if i = literal(d, i, "true"); i < 0 {
+				return -1, false
+			}
+		case 'f':
+			if i = literal(d, i, "false"); i < 0 {
+				return -1, false
+			}
+		case 'n':
+			if i = literal(d, i, "null"); i < 0 {
+				return -1, false
+			}
+		default:
+			if i = endNumber(d, i); i < 0 {
+				return -1, false
+			}
+		}
+		// After a value: close what ends here, then the next member or
+		// element, or the end of the value.
+		for {
+			if len(stack) == 0 {
+				return i, !spaced
+			}
+			if j := SkipSpace(d, i); j != i {
+				i, spaced = j, true
+			}
+			if i >= len(d) {
+				return -1, false
+			}
+			open := stack[len(stack)-1]
+			if d[i] == open+2 {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			if d[i] != ',' {
+				return -1, false
+			}
+			i++
+			if j := SkipSpace(d, i); j != i {
+				i, spaced = j, true
+			}
+			if open == '{' {
+				if i = memberValue(d, i, &spaced); i < 0 {
+					return -1, false
+				}
+			}
+			break
+		}
+	}
+}
+
+// Members walks the object that starts at d[i], inside depth objects and
+// arrays, checking its JSON as CheckValue does, and returns the index
+// after it. fn gets each key and the index where its value starts; it
+// checks and reads the value (with CheckValue at depth+1, or Members or
+// Elements at depth+1) and returns the index after it, or -1 to stop the
+// walk: then ok is false, as when the JSON is not valid or a key has an
+// escape (it may spell a known name).
+func Members(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
+	if i >= len(d) || d[i] != '{' || depth >= maxDepth {
+		return 0, false
+	}
+	i = SkipSpace(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return 0, false
+		}
+		ke := endValidString(d, i)
+		if ke < 0 {
+			return 0, false
+		}
+		key := d[i+1 : ke-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, ke)
+		if i >= len(d) || d[i] != ':' {
+			return 0, false
+		}
+		if i = fn(key, SkipSpace(d, i+1)); i < 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, i)
+		switch {
+		case i >= len(d):
+			return 0, false
+		case d[i] == '}':
+			return i + 1, true
+		case d[i] != ',':
+			return 0, false
+		}
+		i = SkipSpace(d, i+1)
+	}
+}
+
+// Elements walks the array that starts at d[i] as Members walks an
+// object: fn gets the index where each element starts.
+func Elements(d []byte, i, depth int, fn func(at int) int) (end int, ok bool) {
+	if i >= len(d) || d[i] != '[' || depth >= maxDepth {
+		return 0, false
+	}
+	i = SkipSpace(d, i+1)
+	if i < len(d) && d[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		if i = fn(i); i < 0 {
+			return 0, false
+		}
+		i = SkipSpace(d, i)
+		switch {
+		case i >= len(d):
+			return 0, false
+		case d[i] == ']':
+			return i + 1, true
+		case d[i] != ',':
+			return 0, false
+		}
+		i = SkipSpace(d, i+1)
+	}
+}
+
+// memberValue checks the key and colon of an object member at d[i] and
+// returns where its value starts, or -1.
+func memberValue(d []byte, i int, spaced *bool) int {
+	if i >= len(d) || d[i] != '"' {
+		return -1
+	}
+	if i = endValidString(d, i); i < 0 {
+		return -1
+	}
+	if j := SkipSpace(d, i); j != i {
+		i, *spaced = j, true
+	}
+	if i >= len(d) || d[i] != ':' {
+		return -1
+	}
+	i++
+	if j := SkipSpace(d, i); j != i {
+		i, *spaced = j, true
+	}
+	return i
+}
+
+// plain marks the bytes a JSON string holds as they are: not a control
+// character, a quote or a backslash. Bytes of invalid UTF-8 are plain, as
+// for json.Valid.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// endValidString checks the string that starts at d[i] and returns the
+// index after it, or -1.
+func endValidString(d []byte, i int) int {
+	for i++; i < len(d); {
+		c := d[i]
+		if plain[c] {
+			i++
+			continue
+		}
+		switch c {
+		case '"':
+			return i + 1
+		case '\\':
+			if i+1 >= len(d) {
+				return -1
+			}
+			switch d[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+5 >= len(d) || !hex(d[i+2]) || !hex(d[i+3]) || !hex(d[i+4]) || !hex(d[i+5]) {
+					return -1
+				}
+				i += 6
+			default:
+				return -1
+			}
+		default:
+			return -1 // a control character
+		}
+	}
+	return -1
+}
+
+func hex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func literal(d []byte, i int, lit string) int {
+	if len(d)-i < len(lit) || string(d[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}
+
+// endNumber checks the number that starts at d[i] (RFC 8259: no leading
+// zeros, no plus sign, digits on both sides of the point) and returns the
+// index after it, or -1.
+func endNumber(d []byte, i int) int {
+	if d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && '1' <= d[i] && d[i] <= '9':
+		i = digits(d, i+1)
+	default:
+		return -1
+	}
+	if i < len(d) && d[i] == '.' {
+		if i+1 >= len(d) || !isDigit(d[i+1]) {
+			return -1
+		}
+		i = digits(d, i+1)
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		if i >= len(d) || !isDigit(d[i]) {
+			return -1
+		}
+		i = digits(d, i)
+	}
+	return i
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func digits(d []byte, i int) int {
+	for i < len(d) && isDigit(d[i]) {
+		i++
+	}
+	return i
+}
+
+// SkipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func SkipSpace(d []byte, i int) int {
+	for i < len(d) {
+		switch d[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// String decodes a string value as encoding/json does (escapes, invalid
+// UTF-8 as U+FFFD); ok is false when val is not a string.
+func String(val []byte) (s string, ok bool) {
+	if val[0] != '"' {
+		return "", false
+	}
+	raw := val[1 : len(val)-1]
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw), true
+	}
+	return s, json.Unmarshal(val, &s) == nil
+}
+
+// StringLike is String that returns prev, without allocating, when val
+// decodes to it: the client and mutator names of a push mostly repeat.
+func StringLike(val []byte, prev string) (s string, ok bool) {
+	if len(val) >= 2 && val[0] == '"' && string(val[1:len(val)-1]) == prev && bytes.IndexByte(val, '\\') < 0 && utf8.ValidString(prev) {
+		return prev, true
+	}
+	return String(val)
+}
+
+// Uint decodes a number into an unsigned integer of bitSize bits as
+// encoding/json does; ok is false for anything encoding/json refuses or
+// decodes differently: a sign, a fraction, an exponent, an overflow,
+// another type.
+func Uint(val []byte, bitSize int) (n uint64, ok bool) {
+	if !isDigit(val[0]) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(val), 10, bitSize)
+	return n, err == nil
+}
+
+// Int decodes a number into a signed integer of bitSize bits as
+// encoding/json does; ok is false as for Uint.
+func Int(val []byte, bitSize int) (n int64, ok bool) {
+	if val[0] != '-' && !isDigit(val[0]) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(val), 10, bitSize)
+	return n, err == nil
+}
+
+// AppendString appends s as a JSON string the way encoding/json writes
+// it, with or without HTML escaping (json.Marshal escapes, an Encoder
+// may not). Printable ASCII that needs no escape is written as it is;
+// anything else goes through encoding/json.
+func AppendString(b []byte, s string, escapeHTML bool) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', escapeHTML && (c == '<' || c == '>' || c == '&'):
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(escapeHTML)
+			_ = enc.Encode(s) // a string always encodes
+			return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
