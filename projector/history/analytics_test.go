@@ -133,6 +133,10 @@ func TestAnalyticsQueries(t *testing.T) {
 	runProjector(t, ctx, f.projectorConfig(t))
 	waitCount(t, ctx, f, "SELECT count() FROM "+f.db+".versions FINAL", uint64(len(ms)))
 	waitCount(t, ctx, f, "SELECT count() FROM "+f.db+".mutations FINAL", uint64(len(ms)))
+	// An insert makes the table's rows visible before those its
+	// materialized view derives from them: wait for the view as well.
+	waitCount(t, ctx, f, "SELECT sum(m) FROM (SELECT uniqExactMerge(mutations) AS m FROM "+f.db+
+		".client_activity_daily GROUP BY day, org, project, client_group, client)", uint64(len(ms)))
 
 	var d1Hash string
 	for _, v := range content.versions {
