@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // spliceJSON replaces, in the string found at an RFC 6901 JSON pointer of
@@ -80,7 +81,71 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 // spliceUTF16 deletes del UTF-16 code units of s at index and inserts ins
 // there. A splice may not cut a surrogate pair (a character outside the
 // BMP, such as most emoji): JSON text cannot hold half of one.
+//
+// Offsets are found by walking s, without converting it: an edit of a
+// large text costs one pass and one copy. Text that is not valid UTF-8
+// (JSON never decodes to it) takes the conversion, which turns every bad
+// byte into U+FFFD as it always did.
 func spliceUTF16(s string, index, del int64, ins string) (string, error) {
+	if index < 0 || del < 0 {
+		return "", fmt.Errorf("index and delete must not be negative")
+	}
+	if !utf8.ValidString(s) || !utf8.ValidString(ins) {
+		return spliceUTF16Converted(s, index, del, ins)
+	}
+	last := index + del
+	start, end := -1, -1
+	cutAt := [2]bool{} // index, index+del inside a surrogate pair
+	var u int64        // UTF-16 offset of the rune at byte i
+	for i, r := range s {
+		if u == index {
+			start = i
+		}
+		if u == last {
+			end = i
+			break
+		}
+		w := int64(1)
+		if r >= 0x10000 {
+			w = 2
+		}
+		if u < index && index < u+w {
+			cutAt[0] = true
+		}
+		if u < last && last < u+w {
+			cutAt[1] = true
+		}
+		u += w
+	}
+	if end < 0 {
+		// The walk reached the end of s, whose length is now known.
+		n := u
+		if index > n {
+			return "", fmt.Errorf("index %d is out of range: the string is %d UTF-16 code units long", index, n)
+		}
+		if del > n-index {
+			return "", fmt.Errorf("deleting %d UTF-16 code units at index %d runs past the end of the string (%d code units long)", del, index, n)
+		}
+		if start < 0 {
+			start = len(s)
+		}
+		end = len(s)
+	}
+	for i, p := range [2]int64{index, last} {
+		if cutAt[i] {
+			return "", fmt.Errorf("UTF-16 offset %d falls inside a surrogate pair (a character outside the BMP counts 2)", p)
+		}
+	}
+	var b strings.Builder
+	b.Grow(start + len(ins) + len(s) - end)
+	b.WriteString(s[:start])
+	b.WriteString(ins)
+	b.WriteString(s[end:])
+	return b.String(), nil
+}
+
+// spliceUTF16Converted is spliceUTF16 by converting s to UTF-16 and back.
+func spliceUTF16Converted(s string, index, del int64, ins string) (string, error) {
 	u := utf16.Encode([]rune(s))
 	n := int64(len(u))
 	if index < 0 || del < 0 {

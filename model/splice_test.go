@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -149,6 +150,59 @@ func FuzzSpliceJSON(f *testing.F) {
 		got, gerr := spliceJSON(d, pointer, index, del, insert)
 		if (werr == nil) != (gerr == nil) || string(got) != string(want) {
 			t.Errorf("spliceJSON(%s, %q, %d, %d, %q) = %s, %v; the reference gives %s, %v", d, pointer, index, del, insert, got, gerr, want, werr)
+		}
+	})
+}
+
+// spliceUTF16 walks the text; spliceUTF16Converted converts it to UTF-16
+// and back, the plain reading of the definition. They must agree on every
+// splice, errors included.
+func FuzzSpliceUTF16MatchesConversion(f *testing.F) {
+	for _, s := range []string{"", "hello", "h€llo", "a🎉b🎉c", "🎉", "x\u2028y", "\xff\xfe bad"} {
+		f.Add(s, int64(1), int64(1), "é🎉")
+	}
+	f.Fuzz(func(t *testing.T, s string, index, del int64, ins string) {
+		index, del = index%40, del%40
+		got, gerr := spliceUTF16(s, index, del, ins)
+		want, werr := spliceUTF16Converted(s, index, del, ins)
+		if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Fatalf("splice(%q, %d, %d, %q) = %q, %v; the conversion gives %q, %v", s, index, del, ins, got, gerr, want, werr)
+		}
+	})
+}
+
+func TestSpliceUTF16MatchesConversion(t *testing.T) {
+	texts := []string{"", "a", "hello world", "h€llo wörld", "a🎉b🎉c🎉", "🎉🎉", "日本語のテキスト", "mixed 🎉 ü 日 \u2028"}
+	for _, s := range texts {
+		n := int64(len(utf16.Encode([]rune(s))))
+		for index := int64(-1); index <= n+2; index++ {
+			for del := int64(-1); del <= n+2-max(index, 0); del++ {
+				for _, ins := range []string{"", "x", "🎉"} {
+					got, gerr := spliceUTF16(s, index, del, ins)
+					want, werr := spliceUTF16Converted(s, index, del, ins)
+					if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+						t.Fatalf("splice(%q, %d, %d, %q) = %q, %v; the conversion gives %q, %v", s, index, del, ins, got, gerr, want, werr)
+					}
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkSpliceUTF16LargeText(b *testing.B) {
+	s := strings.Repeat("lorem ipsum dolor sit amet, é 🎉 ", 10_000) // ~330 KB
+	b.Run("walk", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := spliceUTF16(s, 150_000, 5, "edit"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("convert", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := spliceUTF16Converted(s, 150_000, 5, "edit"); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

@@ -21,6 +21,7 @@ type devFlags struct {
 	kafka       kafkaFlags
 	data        string
 	http        string
+	pprof       bool
 	kafkaListen string
 	clickhouse  devClickHouseFlags
 }
@@ -58,6 +59,7 @@ else runs and the command that installs it is printed.`,
 	registerClickHouseFlags(cmd)
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
+	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")
 	f.clickhouse.register(cmd)
 	return cmd
@@ -103,6 +105,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
+	n.pprof = f.pprof
 	keysPath := filepath.Join(data, "keys.json")
 	keys, err := devKeyset(keysPath)
 	if err != nil {

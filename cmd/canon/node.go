@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,6 +91,8 @@ type node struct {
 	// store is the Pebble store the node's roles share (Pebble allows one
 	// opener per directory); opened by the first role that asks.
 	store *store.Store
+	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
+	pprof bool
 }
 
 // runs reports whether the node runs the named role.
@@ -192,6 +195,13 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 		return nil
 	})
 	ops.Mount(n.mux, n.ready, n.registry)
+	if n.pprof {
+		n.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		n.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		n.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		n.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		n.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ops.Serve(gctx, n.httpLn, n.mux, n.log, 10*time.Second) })

@@ -58,6 +58,7 @@ var roles = map[string]role{}
 type serveFlags struct {
 	kafka kafkaFlags
 	http  string
+	pprof bool
 	data  string
 	keys  string
 	roles []string
@@ -89,6 +90,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	f.kafka.register(cmd, "Kafka brokers, host:port, comma separated (required)")
 	registerClickHouseFlags(cmd)
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
+	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
 	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer role)")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
@@ -128,6 +130,7 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	n.pprof = f.pprof
 	if f.keys != "" {
 		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {
 			return err
