@@ -26,6 +26,48 @@ type partitionState struct {
 
 	// ap is reused by each Apply, so that its maps and buffers are.
 	ap applier
+
+	// storedChunks are chunks known to be in the database: HasChunk's
+	// answers and what Apply committed. The Decider asks for every chunk
+	// of every body it writes, and an edit of a large item finds most of
+	// them stored. Chunks are only ever deleted with the whole partition
+	// (DropPartition), which clears the set and moves chunkGen on, so
+	// that an answer read before the drop is not remembered after it.
+	chunkMu      sync.RWMutex
+	chunkGen     uint64
+	storedChunks map[blobID]struct{}
+}
+
+// maxRememberedChunks bounds storedChunks; it is emptied when full.
+const maxRememberedChunks = 1 << 16
+
+func (ps *partitionState) chunkStored(id blobID) (stored bool, gen uint64) {
+	ps.chunkMu.RLock()
+	defer ps.chunkMu.RUnlock()
+	_, stored = ps.storedChunks[id]
+	return stored, ps.chunkGen
+}
+
+// rememberChunks notes chunks found or written at generation gen.
+func (ps *partitionState) rememberChunks(gen uint64, ids ...blobID) {
+	ps.chunkMu.Lock()
+	defer ps.chunkMu.Unlock()
+	if gen != ps.chunkGen {
+		return
+	}
+	if ps.storedChunks == nil || len(ps.storedChunks)+len(ids) > maxRememberedChunks {
+		ps.storedChunks = make(map[blobID]struct{}, len(ids))
+	}
+	for _, id := range ids {
+		ps.storedChunks[id] = struct{}{}
+	}
+}
+
+func (ps *partitionState) forgetChunks() {
+	ps.chunkMu.Lock()
+	defer ps.chunkMu.Unlock()
+	ps.storedChunks = nil
+	ps.chunkGen++
 }
 
 // maxRememberedHeads and maxRememberedItems bound what a partition
@@ -90,6 +132,14 @@ func (ps *partitionState) committed(a *applier, offset int64) {
 		remember(ps.latest, id, latestItem{exists: li.exists, digest: li.digest}, maxRememberedItems)
 	}
 	ps.offset, ps.offsetFound, ps.offsetKnown = offset, true, true
+	if len(a.chunks) > 0 {
+		ids := make([]blobID, 0, len(a.chunks))
+		for id := range a.chunks {
+			ids = append(ids, id)
+		}
+		_, gen := ps.chunkStored(blobID{})
+		ps.rememberChunks(gen, ids...)
+	}
 }
 
 // remember sets m[k] = v, first forgetting an arbitrary entry if m is full.

@@ -141,7 +141,13 @@ func (s *Store) HasChunk(org, project, hash string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	_, closer, err := s.db.Get(chunkKey(s.PartitionOf(org, project), org, project, h))
+	p := s.PartitionOf(org, project)
+	ps, id := &s.parts[p], blobID{org, project, h}
+	stored, gen := ps.chunkStored(id)
+	if stored {
+		return true, nil
+	}
+	_, closer, err := s.db.Get(chunkKey(p, org, project, h))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
@@ -149,6 +155,7 @@ func (s *Store) HasChunk(org, project, hash string) (bool, error) {
 		return false, fmt.Errorf("read chunk %s of %s/%s: %w", hash, org, project, err)
 	}
 	_ = closer.Close()
+	ps.rememberChunks(gen, id)
 	return true, nil
 }
 

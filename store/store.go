@@ -209,6 +209,9 @@ func (s *Store) DropPartition(p int32) error {
 	defer ps.mu.Unlock()
 	ps.forget()
 	start := partitionPrefix(p)
+	// After the delete: a HasChunk that read a chunk before it does not
+	// remember the answer.
+	defer ps.forgetChunks()
 	if err := s.db.DeleteRange(start, prefixEnd(start), pebble.Sync); err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)
 	}

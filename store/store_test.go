@@ -551,3 +551,24 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// HasChunk remembers the chunks it found and those Apply wrote; a dropped
+// partition forgets them with its data.
+func TestHasChunkForgetsDroppedPartitions(t *testing.T) {
+	s := newStore(t)
+	name := projectIn(2, testPartitions, 0)
+	pm := newProject(testOrg, name)
+	mustApply(t, s, 2, pm.next("main").put("notes", "a", "", strings.Repeat("body ", 40)).commit(), 1)
+	a := pm.at("main", 1).items[cid{"notes", "a"}]
+	for i := range 2 { // written by Apply, then remembered
+		if ok, err := s.HasChunk(testOrg, name, a.Chunks[0]); !ok || err != nil {
+			t.Fatalf("HasChunk #%d = %v %v", i, ok, err)
+		}
+	}
+	if err := s.DropPartition(2); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.HasChunk(testOrg, name, a.Chunks[0]); ok || err != nil {
+		t.Fatalf("HasChunk after DropPartition = %v %v", ok, err)
+	}
+}
