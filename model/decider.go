@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -215,7 +216,7 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 		args = nil
 	case len(args) == 0:
 		args = nil
-	case !json.Valid(args):
+	case !jsonValid(args):
 		argsErr = "args are not valid JSON"
 		args = nil
 	}
@@ -767,4 +768,10 @@ func (d *Decider) lookup(bs *branchState, k itemKey, v uint64) (itemState, bool,
 		return d.lookup(from, k, bs.base.Version)
 	}
 	return itemState{}, false, nil
+}
+
+// jsonValid is json.Valid, several times faster.
+func jsonValid(d []byte) bool {
+	valid, _ := jsonfast.Check(d)
+	return valid
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/canon-sync/canon/internal/jsonfast"
 )
 
 // Record kinds: the part of a canon-schema header before the major
@@ -168,7 +170,7 @@ func object(schema string, value []byte) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%s: %w: the value is not valid UTF-8 (at byte %d): JSON text is UTF-8", schema, ErrUndecodable, n)
 	}
-	if json.Valid(value) {
+	if valid, _ := jsonfast.Check(value); valid {
 		if value[skipSpace(value, 0)] == '{' {
 			return value, nil
 		}
@@ -426,4 +428,10 @@ func (l Limits) orDefaults() Limits {
 	set(&l.MaxMutationBytes, d.MaxMutationBytes)
 	set(&l.MaxChunkBytes, d.MaxChunkBytes)
 	return l
+}
+
+// jsonValid is json.Valid, several times faster.
+func jsonValid(d []byte) bool {
+	valid, _ := jsonfast.Check(d)
+	return valid
 }
