@@ -5,21 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/canon-sync/canon/internal/auth"
-	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
-	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
-	"github.com/canon-sync/canon/sequencer"
-	"github.com/canon-sync/canon/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -28,49 +21,11 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // partition Java's partitioner picks, in order, and come out of the
 // sequencer as versions, each mutation applied once.
 func TestPushesBecomeVersions(t *testing.T) {
-	k := testenv.NewKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const partitions = 6
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
-		Names: kafka.DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: partitions, ReplicationFactor: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcfg := kafka.ClientConfig{Brokers: k.Brokers}
-
-	st, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	seq, err := sequencer.New(sequencer.Config{Kafka: kcfg, Topics: info.Names, Store: st, Group: "e2e-" + k.Topic(t, "g")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	defer func() { scancel(); <-done }()
-
-	keys := auth.NewKeyset()
-	if err := keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	p, err := producer.New(producer.Config{Kafka: kcfg, Topics: info.Names, Keys: keys.VerifyOnly()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	mux := http.NewServeMux()
-	p.Mount(mux)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	pl := startPipeline(t, ctx, partitions)
+	st, keys := pl.store, pl.keys
 
 	const (
 		projects          = 8
@@ -105,7 +60,7 @@ func TestPushesBecomeVersions(t *testing.T) {
 						ms[0] = fmt.Sprintf(`{"client":%q,"id":1,"name":"item.put","args":{"collection":"c","id":%q,"data":{"n":1}}}`, client, client)
 					}
 					body := fmt.Sprintf(`{"clientGroup":"g-%s","mutations":[%s]}`, client, strings.Join(ms, ","))
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/projects/acme/"+project+"/push", strings.NewReader(body))
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, pl.url+"/v1/projects/acme/"+project+"/push", strings.NewReader(body))
 					req.Header.Set("Authorization", "Bearer "+tok)
 					req.Header.Set("Content-Type", "application/json")
 					resp, err := http.DefaultClient.Do(req)
