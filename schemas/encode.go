@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/canon-sync/canon/internal/jsonfast"
 )
 
 // The ingest encodes every pushed mutation, so EncodeMutation writes the
@@ -61,17 +63,6 @@ func appendMutation(b []byte, m *Mutation, argsChecked bool) (_ []byte, ok bool)
 	return append(b, '}'), true
 }
 
-// appendString appends s as a JSON string the way marshal writes it.
-// Printable ASCII other than " and \ is written as it is; anything else
-// (escapes, non-ASCII, invalid UTF-8) goes through encoding/json.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			q, _ := marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
+// appendString appends s as a JSON string the way marshal writes it
+// (without HTML escaping).
+func appendString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, false) }

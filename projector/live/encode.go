@@ -6,8 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
+	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -161,61 +161,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string the way encoding/json does with
-// HTML escaping: <, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029
-// escaped; invalid UTF-8 as U+FFFD.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendString appends s as json.Marshal writes it (HTML-escaped).
+func appendString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, true) }
 
 // appendRaw appends a raw JSON value as json.Marshal writes a
 // json.RawMessage: compacted and HTML-escaped. Values that need neither,
@@ -224,7 +171,7 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
 	if raw == nil {
 		return append(b, "null"...), nil
 	}
-	if len(raw) > 0 && !bytes.ContainsAny(raw, " \t\r\n<>&\u2028\u2029") && json.Valid(raw) {
+	if valid, compact := jsonfast.Check(raw); valid && compact && !bytes.ContainsAny(raw, "<>&\u2028\u2029") {
 		return append(b, raw...), nil
 	}
 	var buf bytes.Buffer
