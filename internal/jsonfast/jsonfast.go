@@ -1,7 +1,8 @@
 // Package jsonfast checks, reads and writes JSON without reflection, for
-// the hot paths of the push API: the producer's decoding of push bodies
-// and encoding of its answers, and the client's encoding of push bodies
-// and decoding of the answers. Check accepts exactly what json.Valid
+// the hot paths: the producer's decoding of push bodies and encoding of
+// its answers, the client's encoding of push bodies and decoding of the
+// answers, the record encoders of package schemas and the websocket's
+// version messages. Check accepts exactly what json.Valid
 // accepts, and the walkers Members and Elements check the JSON the same
 // way as they go, so that a body is read in one pass. Code built on it
 // handles the common case itself and leaves everything else, errors
