@@ -162,16 +162,12 @@ func (r *Replica) follow(ctx context.Context) error {
 	}
 
 	applied := start // the stored offset per partition
-	type rec struct {
-		store.Record
-		offset int64
-	}
 	for {
 		evs, err := tail.Poll(ctx)
 		if err != nil {
 			return err
 		}
-		recs := map[int32][]rec{}
+		recs, offsets := map[int32][]store.Record{}, map[int32][]int64{}
 		for _, ev := range evs {
 			if ev.Topic != topic {
 				continue
@@ -183,11 +179,9 @@ func (r *Replica) follow(ctx context.Context) error {
 				r.skipForeign(ev.Partition, ev.Offset, ev.Err)
 				continue
 			}
-			switch {
-			case ev.Chunk != nil:
-				recs[ev.Partition] = append(recs[ev.Partition], rec{store.Record{Chunk: ev.Chunk}, ev.Offset})
-			case ev.Version != nil:
-				recs[ev.Partition] = append(recs[ev.Partition], rec{store.Record{Version: ev.Version}, ev.Offset})
+			if ev.Chunk != nil || ev.Version != nil {
+				recs[ev.Partition] = append(recs[ev.Partition], store.Record{Chunk: ev.Chunk, Version: ev.Version})
+				offsets[ev.Partition] = append(offsets[ev.Partition], ev.Offset)
 			}
 		}
 		for _, p := range r.cfg.Partitions {
@@ -195,26 +189,14 @@ func (r *Replica) follow(ctx context.Context) error {
 			if o, had := applied[p]; !ok || (had && next <= o) {
 				continue
 			}
-			batch := make([]store.Record, len(recs[p]))
-			for i, rc := range recs[p] {
-				batch[i] = rc.Record
-			}
-			err := st.Apply(p, batch, next)
-			if err != nil && unexplained(err) && r.fromStart[p] {
-				// Nothing of the batch was written: apply it record by
-				// record and skip what the store refuses.
-				for i, rc := range recs[p] {
-					if aerr := st.Apply(p, batch[i:i+1], rc.offset+1); aerr != nil {
-						if !unexplained(aerr) {
-							return aerr
-						}
-						r.skipForeign(p, rc.offset, aerr)
-					}
-				}
-				err = st.Apply(p, nil, next)
+			var err error
+			if r.fromStart[p] {
+				err = st.ApplySkipping(p, recs[p], offsets[p], next, func(offset int64, err error) { r.skipForeign(p, offset, err) })
+			} else {
+				err = st.Apply(p, recs[p], next)
 			}
 			if err != nil {
-				if unexplained(err) {
+				if store.Refused(err) {
 					r.cfg.Log.Warn("the changelog does not explain the replica's store: dropping the partition and rebuilding it",
 						"partition", p, "err", err)
 					if derr := st.DropPartition(p); derr != nil {
@@ -235,11 +217,6 @@ func (r *Replica) skipForeign(p int32, offset int64, err error) {
 	r.skipped.Add(1)
 	r.cfg.Log.Error("skipping a record of the changelog that no sequencer wrote: it does not decode or does not follow the versions before it; find out who produces to the topic",
 		"topic", r.cfg.Topics.Versions, "partition", p, "offset", offset, "err", err)
-}
-
-func unexplained(err error) bool {
-	return errors.Is(err, store.ErrGap) || errors.Is(err, store.ErrConflict) ||
-		errors.Is(err, store.ErrStateHash) || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrWrongPartition)
 }
 
 // checkOffsets reads the changelog's start and last stable offsets: the

@@ -259,24 +259,14 @@ func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64, skipFo
 		if len(pending) == 0 && next == from {
 			return nil
 		}
-		err := s.cfg.Store.Apply(p, pending, next)
-		if err != nil && unexplainedApply(err) && skipForeign {
-			// Nothing of the batch was written: apply it record by record
-			// and skip those the store refuses.
-			for i := range pending {
-				if aerr := s.cfg.Store.Apply(p, pending[i:i+1], offsets[i]+1); aerr != nil {
-					if !unexplainedApply(aerr) {
-						return aerr
-					}
-					s.skipForeign(p, offsets[i], aerr)
-				}
-			}
-			if err = s.cfg.Store.Apply(p, nil, next); err != nil {
-				return err
-			}
+		var err error
+		if skipForeign {
+			err = s.cfg.Store.ApplySkipping(p, pending, offsets, next, func(offset int64, err error) { s.skipForeign(p, offset, err) })
+		} else {
+			err = s.cfg.Store.Apply(p, pending, next)
 		}
 		if err != nil {
-			if unexplainedApply(err) {
+			if store.Refused(err) {
 				return fmt.Errorf("%w: %w", errUnexplained, err)
 			}
 			return err
@@ -355,13 +345,6 @@ func (s *Sequencer) decodeChangelog(r *kgo.Record) (store.Record, error) {
 	default:
 		return store.Record{}, fmt.Errorf("%w: record of kind %s at %s[%d]@%d in the changelog", errUnexplained, kind, r.Topic, r.Partition, r.Offset)
 	}
-}
-
-// unexplainedApply is a store refusal that the changelog should not
-// cause: the local state or the record is wrong.
-func unexplainedApply(err error) bool {
-	return errors.Is(err, store.ErrGap) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrStateHash) ||
-		errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrWrongPartition)
 }
 
 // skipForeign reports a changelog record that no sequencer wrote.
