@@ -48,13 +48,25 @@ func (ps *partitionState) chunkStored(id blobID) (stored bool, gen uint64) {
 	return stored, ps.chunkGen
 }
 
-// rememberChunks notes chunks found or written at generation gen.
-func (ps *partitionState) rememberChunks(gen uint64, ids ...blobID) {
+// rememberChunk notes a chunk HasChunk found at generation gen, unless
+// the partition was dropped since.
+func (ps *partitionState) rememberChunk(id blobID, gen uint64) {
 	ps.chunkMu.Lock()
 	defer ps.chunkMu.Unlock()
-	if gen != ps.chunkGen {
-		return
+	if gen == ps.chunkGen {
+		ps.addChunksLocked(id)
 	}
+}
+
+// addChunks notes chunks Apply committed (under ps.mu, which
+// DropPartition holds too).
+func (ps *partitionState) addChunks(ids ...blobID) {
+	ps.chunkMu.Lock()
+	defer ps.chunkMu.Unlock()
+	ps.addChunksLocked(ids...)
+}
+
+func (ps *partitionState) addChunksLocked(ids ...blobID) {
 	if ps.storedChunks == nil || len(ps.storedChunks)+len(ids) > maxRememberedChunks {
 		ps.storedChunks = make(map[blobID]struct{}, len(ids))
 	}
@@ -137,8 +149,7 @@ func (ps *partitionState) committed(a *applier, offset int64) {
 		for id := range a.chunks {
 			ids = append(ids, id)
 		}
-		_, gen := ps.chunkStored(blobID{})
-		ps.rememberChunks(gen, ids...)
+		ps.addChunks(ids...)
 	}
 }
 

@@ -155,7 +155,7 @@ func (s *Store) HasChunk(org, project, hash string) (bool, error) {
 		return false, fmt.Errorf("read chunk %s of %s/%s: %w", hash, org, project, err)
 	}
 	_ = closer.Close()
-	ps.rememberChunks(gen, id)
+	ps.rememberChunk(id, gen)
 	return true, nil
 }
 
