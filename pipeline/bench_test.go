@@ -12,7 +12,7 @@ import (
 func BenchmarkReplay10000(b *testing.B) {
 	const n = 10000
 	ctx := testCtx(b)
-	e := newEnv(b, ctx, nil)
+	e := newEnv(b, nil)
 	p := ProjectRef{"acme", "bench"}
 	main := BranchRef{p, "main"}
 	e.push(b, ctx, p, bigHistory(n)...)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/kafka/kafkatest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
@@ -31,10 +32,10 @@ type env struct {
 
 const testPartitions = 2
 
-func newEnv(t testing.TB, ctx context.Context, reg *model.Registry) *env {
+func newEnv(t testing.TB, reg *model.Registry) *env {
 	t.Helper()
-	k := testenv.NewKafka(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...),
+	brokers, info := kafkatest.Topics(t, testPartitions)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
@@ -42,16 +43,11 @@ func newEnv(t testing.TB, ctx context.Context, reg *model.Registry) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
-		Names: kafka.DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: testPartitions, ReplicationFactor: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if reg == nil {
 		reg = model.NewRegistry()
 	}
 	e := &env{
-		cfg:  Config{Kafka: kafka.ClientConfig{Brokers: k.Brokers}, Topics: info.Names, Registry: reg},
+		cfg:  Config{Kafka: kafka.ClientConfig{Brokers: brokers}, Topics: info.Names, Registry: reg},
 		prod: cl,
 		adm:  kadm.NewClient(cl),
 	}
@@ -59,7 +55,7 @@ func newEnv(t testing.TB, ctx context.Context, reg *model.Registry) *env {
 		t.Fatal(err)
 	}
 	seq, err := sequencer.New(sequencer.Config{Kafka: e.cfg.Kafka, Topics: info.Names, Store: e.store,
-		Group: k.Topic(t, "seq"), Registry: reg})
+		Group: info.Names.Mutations + ".seq", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func checkRebase(t *testing.T, what string, res *RebaseResult) {
 
 func TestRebaseScenarios(t *testing.T) {
 	ctx := testCtx(t)
-	e := newEnv(t, ctx, nil)
+	e := newEnv(t, nil)
 	p := ProjectRef{"acme", "roadmap"}
 	pushed := time.Now()
 	e.push(t, ctx, p, rebaseHistory()...)

@@ -48,7 +48,7 @@ func bigHistory(n int) []mut {
 func TestReplayDeterminism10000(t *testing.T) {
 	const n = 10000
 	ctx := testCtx(t)
-	e := newEnv(t, ctx, nil)
+	e := newEnv(t, nil)
 	p := ProjectRef{"acme", "big"}
 	main := BranchRef{p, "main"}
 	e.push(t, ctx, p, bigHistory(n)...)
@@ -118,7 +118,7 @@ func TestReplayCatchesNondeterministicMutator(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	e := newEnv(t, ctx, reg)
+	e := newEnv(t, reg)
 	p := ProjectRef{"acme", "stamps"}
 	main := BranchRef{p, "main"}
 	var ms []mut

@@ -12,7 +12,7 @@ import (
 func TestRebaseInterruptedAndRunAgain(t *testing.T) {
 	const n = 1500
 	ctx := testCtx(t)
-	e := newEnv(t, ctx, nil)
+	e := newEnv(t, nil)
 	p := ProjectRef{"acme", "resume"}
 	ms := []mut{
 		{"", "a", 1, "item.put", `{"collection":"docs","id":"d","data":{"text":"base"}}`},

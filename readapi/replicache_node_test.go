@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/kafka/kafkatest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/sequencer"
@@ -35,26 +34,14 @@ type pipeline struct {
 
 func startPipeline(t *testing.T, partitions int32) *pipeline {
 	t.Helper()
-	k := testenv.NewKafka(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
-		Names: kafka.DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: partitions, ReplicationFactor: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcfg := kafka.ClientConfig{Brokers: k.Brokers}
+	brokers, info := kafkatest.Topics(t, partitions)
+	kcfg := kafka.ClientConfig{Brokers: brokers}
 
 	st, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions, CacheSize: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := sequencer.New(sequencer.Config{Kafka: kcfg, Topics: info.Names, Store: st, Group: "readapi-" + k.Topic(t, "g")})
+	seq, err := sequencer.New(sequencer.Config{Kafka: kcfg, Topics: info.Names, Store: st, Group: "readapi-" + info.Names.Mutations})
 	if err != nil {
 		t.Fatal(err)
 	}

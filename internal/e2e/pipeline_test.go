@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/internal/kafka/kafkatest"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
@@ -31,18 +29,9 @@ type pipeline struct {
 
 func startPipeline(t testing.TB, ctx context.Context, partitions int32, noSequencer ...bool) *pipeline {
 	t.Helper()
-	k := testenv.NewKafka(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
-		Names: kafka.DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: partitions, ReplicationFactor: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := &pipeline{kcfg: kafka.ClientConfig{Brokers: k.Brokers}, info: info, group: "e2e-" + k.Topic(t, "g"), keys: auth.NewKeyset()}
+	brokers, info := kafkatest.Topics(t, partitions)
+	pl := &pipeline{kcfg: kafka.ClientConfig{Brokers: brokers}, info: info, group: "e2e-" + info.Names.Mutations, keys: auth.NewKeyset()}
+	var err error
 	if pl.store, err = store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions}); err != nil {
 		t.Fatal(err)
 	}
