@@ -266,18 +266,26 @@ func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request) {
 	writeVersioned(w, r, resp, cacheRevalidate)
 }
 
+// itemPath is the collection and id of an item's path, checked.
+func itemPath(r *http.Request) (collection, id string, _ *Error) {
+	collection, id = r.PathValue("collection"), r.PathValue("id")
+	if err := schemas.ValidateCollection("collection", collection); err != nil {
+		return "", "", invalid("collection", err.Error(), "")
+	}
+	if err := schemas.ValidateItemID("id", id); err != nil {
+		return "", "", invalid("id", err.Error(), "percent-encode an id that holds '/' or other reserved characters")
+	}
+	return collection, id, nil
+}
+
 func (s *Server) handleItem(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.begin(w, r, "branch", "at")
 	if !ok {
 		return
 	}
-	collection, id := r.PathValue("collection"), r.PathValue("id")
-	if err := schemas.ValidateCollection("collection", collection); err != nil {
-		writeError(w, invalid("collection", err.Error(), ""))
-		return
-	}
-	if err := schemas.ValidateItemID("id", id); err != nil {
-		writeError(w, invalid("id", err.Error(), "percent-encode an id that holds '/' or other reserved characters"))
+	collection, id, perr := itemPath(r)
+	if perr != nil {
+		writeError(w, perr)
 		return
 	}
 	at, aerr := uintParam(r, "at", 1, "?at= is a version number (1 is the first); leave it out for the latest")

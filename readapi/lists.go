@@ -198,13 +198,9 @@ func (s *Server) handleItemHistory(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	collection, id := r.PathValue("collection"), r.PathValue("id")
-	if err := schemas.ValidateCollection("collection", collection); err != nil {
-		writeError(w, invalid("collection", err.Error(), ""))
-		return
-	}
-	if err := schemas.ValidateItemID("id", id); err != nil {
-		writeError(w, invalid("id", err.Error(), "percent-encode an id that holds '/' or other reserved characters"))
+	collection, id, perr := itemPath(r)
+	if perr != nil {
+		writeError(w, perr)
 		return
 	}
 	before, aerr := uintParam(r, "before", 1, "?before= is a version: the page holds the changes older than it (the next of the previous page)")
