@@ -27,7 +27,6 @@ import (
 const (
 	DefaultMaxBodyBytes    = 4 << 20
 	DefaultMaxBatch        = 1000
-	DefaultLinger          = time.Millisecond
 	DefaultRate            = 1000 // mutations per second per principal
 	DefaultBurst           = 5000
 	DefaultProduceTimeout  = 10 * time.Second
@@ -55,7 +54,10 @@ type Config struct {
 	// request over it gets 429 with Retry-After. Default 1000/s, burst 5000.
 	Rate  float64
 	Burst int
-	// Linger is the producer linger; default 1ms.
+	// Linger is the producer linger; default none: a batch is sent at
+	// once, and records gather while a request is in flight. A linger of
+	// a few milliseconds trades push latency for fewer, larger produce
+	// requests (BenchmarkIngest measured no throughput difference).
 	Linger time.Duration
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement; default 10s.
 	ProduceTimeout time.Duration
@@ -97,9 +99,6 @@ func (c *Config) setDefaults() {
 	if c.Burst == 0 {
 		c.Burst = DefaultBurst
 	}
-	if c.Linger == 0 {
-		c.Linger = DefaultLinger
-	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = DefaultProduceTimeout
 	}
@@ -127,7 +126,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("producer: limits must be positive (body %d, batch %d, rate %v, burst %d)", c.MaxBodyBytes, c.MaxBatch, c.Rate, c.Burst))
 	}
 	if c.Linger < 0 || c.Linger > time.Second {
-		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 to 1s", c.Linger))
+		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 (none, the default) to 1s", c.Linger))
 	}
 	return errors.Join(errs...)
 }
