@@ -30,6 +30,7 @@ const (
 	DefaultMaxBatchRecords = 500
 	DefaultMaxBatchTime    = 20 * time.Millisecond
 	DefaultLinger          = time.Millisecond
+	DefaultGatherWait      = 2 * time.Millisecond
 	DefaultSessionTimeout  = 10 * time.Second
 	DefaultTxnTimeout      = 30 * time.Second
 	DefaultRestoreBatch    = 2000
@@ -69,6 +70,15 @@ type Config struct {
 	// fetched records into its batch; default 20ms. It caps the latency
 	// that a large batch adds to its first mutation.
 	MaxBatchDuration time.Duration
+	// GatherWait bounds how long a transaction whose records were
+	// fetched while the previous transaction was committing waits for the
+	// fetch that follows them; default 2ms, negative disables it. The
+	// Kafka client keeps one fetch per broker and fetches again only when
+	// that one is taken: without the wait, the records that reached the
+	// broker during a commit would sit out the next transaction too.
+	// It never applies to a poll that waited for its records (they are
+	// fresh), nor to a full batch.
+	GatherWait time.Duration
 	// Linger is the producer linger; default 1ms. Records of a batch are
 	// flushed when the transaction ends, so a longer linger only adds
 	// latency.
@@ -118,6 +128,9 @@ func (c *Config) setDefaults() {
 	if c.Linger == 0 {
 		c.Linger = DefaultLinger
 	}
+	if c.GatherWait == 0 {
+		c.GatherWait = DefaultGatherWait
+	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
 	}
@@ -146,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Linger < 0 || c.Linger > time.Second {
 		errs = append(errs, fmt.Errorf("sequencer: linger %v: use 0 to 1s (default 1ms)", c.Linger))
+	}
+	if c.GatherWait > time.Second {
+		errs = append(errs, fmt.Errorf("sequencer: gather wait %v: use at most 1s, or a negative value to disable it (default 2ms)", c.GatherWait))
 	}
 	if c.TransactionTimeout > 0 && c.SessionTimeout > 0 && c.TransactionTimeout < c.SessionTimeout {
 		errs = append(errs, fmt.Errorf("sequencer: transaction timeout %v is shorter than the session timeout %v", c.TransactionTimeout, c.SessionTimeout))

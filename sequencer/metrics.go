@@ -17,6 +17,9 @@ type metrics struct {
 	ownedPartitions  prometheus.Gauge
 	restoring        prometheus.Gauge
 	offsetBehind     prometheus.Counter
+	// gathers counts transactions that waited for the fetch after a
+	// stale poll (Config.GatherWait).
+	gathers prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "restore_records_total",
 			Help: "Changelog records applied to the store by restores.",
 		}),
+		gathers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "gather_waits_total",
+			Help: "Transactions that began with records fetched during the previous one and waited (at most the gather wait) for the next fetch.",
+		}),
 		changelogSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "changelog_skipped_total",
 			Help: "canon.versions records skipped by restores because no sequencer wrote them (they do not decode or do not follow the versions before them).",
@@ -79,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.gathers)
 	}
 	return m
 }

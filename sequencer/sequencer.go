@@ -292,7 +292,11 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 	s.log.Info("sequencer joining group", "group", s.cfg.Group, "topic", s.cfg.Topics.Mutations)
 
 	for {
+		polled := time.Now()
 		fetches := s.poll(ctx, sess)
+		// A poll that did not wait took a fetch buffered during the last
+		// transaction: the broker may hold newer records.
+		stale := time.Since(polled) < staleFetch
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -320,7 +324,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		if len(recs) == 0 {
 			continue
 		}
-		if err := s.transact(ctx, sess, recs); err != nil {
+		if err := s.transact(ctx, sess, recs, stale); err != nil {
 			return err
 		}
 	}
@@ -368,7 +372,7 @@ func (b *batch) promise(r *kgo.Record, err error) {
 	}
 }
 
-func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {
+func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record, stale bool) error {
 	start := time.Now()
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("%w: begin transaction: %w", errSession, err)
@@ -389,7 +393,8 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		}
 		decided += len(recs)
 		if decideErr == nil {
-			recs, decideErr = s.more(ctx, sess, decided, start)
+			recs, decideErr = s.more(ctx, sess, decided, start, stale)
+			stale = false
 		}
 	}
 	b.mu.Lock()
@@ -462,18 +467,27 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 }
 
 // more grows a transaction's batch with records that are already
-// fetched, never waiting for new ones, while the batch is under
-// MaxBatchRecords and MaxBatchDuration and no partition waits for a
-// restore (its records must not be decided before it).
-func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time) ([]*kgo.Record, error) {
+// fetched, while the batch is under MaxBatchRecords and MaxBatchDuration
+// and no partition waits for a restore (its records must not be decided
+// before it). It waits for new ones only after a stale first poll, and
+// for at most GatherWait: the fetch issued when that poll took the
+// buffered one brings what reached the broker since.
+func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time, stale bool) ([]*kgo.Record, error) {
 	left := s.cfg.MaxBatchRecords - decided
-	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration || sess.Client().BufferedFetchRecords() == 0 {
+	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration || len(s.pendingRestores()) > 0 {
 		return nil, nil
 	}
-	if len(s.pendingRestores()) > 0 {
-		return nil, nil
+	pctx := ctx
+	if sess.Client().BufferedFetchRecords() == 0 {
+		if !stale || s.cfg.GatherWait <= 0 {
+			return nil, nil
+		}
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, s.cfg.GatherWait)
+		defer cancel()
+		s.m.gathers.Inc()
 	}
-	recs := sess.PollRecords(ctx, left).Records()
+	recs := sess.PollRecords(pctx, left).Records()
 	// An assignment may have come between the check above and the poll:
 	// records of a partition that is not restored must not be decided.
 	pending := s.pendingRestores()
@@ -484,6 +498,10 @@ func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, de
 	}
 	return recs, nil
 }
+
+// staleFetch is how quickly a poll returns a fetch that was already
+// buffered; a poll that waits for the broker takes longer.
+const staleFetch = 200 * time.Microsecond
 
 // errRestorePending aborts a transaction whose batch reached a partition
 // that waits for its restore; its records are polled again afterwards.
