@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,12 @@ import (
 	"github.com/canon-sync/canon/store"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(fanoutClientEnv); cfg != "" {
+		os.Exit(fanoutClientMain(cfg))
+	}
+	testenv.Main(m)
+}
 
 // env is a pipeline in one process: producer, sequencer, store and live
 // servers, on a broker of the test's choosing.
