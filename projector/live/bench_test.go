@@ -153,9 +153,10 @@ func (f *fanout) run(b *testing.B, projects, n int, tick time.Duration, window i
 	b.ResetTimer()
 	start := time.Now()
 	for v := 1; v <= n; v++ {
-		// Latency counts from when a round is due: a round published late
-		// waited too (no coordinated omission).
-		due := time.Now()
+		// Paced, latency counts from when a round is due: a round
+		// published late waited too (no coordinated omission). Unpaced,
+		// from each version's publishing.
+		var due time.Time
 		if tick > 0 {
 			due = start.Add(time.Duration(v) * tick)
 			time.Sleep(time.Until(due))
@@ -163,7 +164,6 @@ func (f *fanout) run(b *testing.B, projects, n int, tick time.Duration, window i
 			for f.over(window) {
 				time.Sleep(100 * time.Microsecond)
 			}
-			due = time.Now()
 		}
 		for p := range projects {
 			x := vs[p]
