@@ -474,14 +474,18 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 // buffered one brings what reached the broker since.
 func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time, stale bool) ([]*kgo.Record, error) {
 	left := s.cfg.MaxBatchRecords - decided
-	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration || len(s.pendingRestores()) > 0 {
+	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration {
+		return nil, nil
+	}
+	gather := sess.Client().BufferedFetchRecords() == 0
+	if gather && (!stale || s.cfg.GatherWait <= 0) {
+		return nil, nil
+	}
+	if len(s.pendingRestores()) > 0 {
 		return nil, nil
 	}
 	pctx := ctx
-	if sess.Client().BufferedFetchRecords() == 0 {
-		if !stale || s.cfg.GatherWait <= 0 {
-			return nil, nil
-		}
+	if gather {
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithTimeout(ctx, s.cfg.GatherWait)
 		defer cancel()
