@@ -153,18 +153,8 @@ func (f *fanout) run(b *testing.B, projects, n int, tick time.Duration, window i
 	b.ResetTimer()
 	start := time.Now()
 	for v := 1; v <= n; v++ {
-		// Paced, latency counts from when a round is due: a round
-		// published late waited too (no coordinated omission). Unpaced,
-		// from each version's publishing.
-		var due time.Time
-		if tick > 0 {
-			due = start.Add(time.Duration(v) * tick)
-			time.Sleep(time.Until(due))
-		} else {
-			for f.over(window) {
-				time.Sleep(100 * time.Microsecond)
-			}
-		}
+		// Unpaced, latency counts from each version's publishing.
+		due := pace(start, v, tick, func() bool { return f.over(window) })
 		for p := range projects {
 			x := vs[p]
 			x.Version, x.Parent, x.Mutations[0].ID, x.LastIDs["c1"] = uint64(v), uint64(v-1), uint64(v), uint64(v)
@@ -201,10 +191,7 @@ func BenchmarkFanOut(b *testing.B) {
 		name              string
 		projects, perProj int
 	}{{"1project-1000subs", 1, 1000}, {"1000projects-1sub", 1000, 1}} {
-		for _, mode := range []struct {
-			name string
-			tick time.Duration
-		}{{"max", 0}, {"200k", 5 * time.Millisecond}} {
+		for _, mode := range fanoutModes {
 			b.Run(shape.name+"/"+mode.name, func(b *testing.B) {
 				f := newFanout(b, shape.projects, shape.perProj, b.N)
 				f.run(b, shape.projects, b.N, mode.tick, fanoutWindow)
@@ -218,10 +205,7 @@ func BenchmarkFanOut(b *testing.B) {
 // the hub, queues or subscription logic, as fast as the slowest client
 // drains ("max") or a round every 5ms ("200k"), like BenchmarkFanOut.
 func BenchmarkRawWrites(b *testing.B) {
-	for _, mode := range []struct {
-		name string
-		tick time.Duration
-	}{{"max", 0}, {"200k", 5 * time.Millisecond}} {
+	for _, mode := range fanoutModes {
 		b.Run(mode.name, func(b *testing.B) { rawWrites(b, mode.tick, fanoutWindow) })
 	}
 }
@@ -273,16 +257,10 @@ func rawWrites(b *testing.B, tick time.Duration, window int) {
 	b.ResetTimer()
 	start := time.Now()
 	for v := 1; v <= b.N; v++ {
-		if tick > 0 {
-			due := start.Add(time.Duration(v) * tick)
-			time.Sleep(time.Until(due))
-			pub[0][v].Store(due.UnixNano())
-		} else {
-			for slices.ContainsFunc(queues, func(q chan int) bool { return len(q) > window }) {
-				time.Sleep(100 * time.Microsecond)
-			}
-			pub[0][v].Store(time.Now().UnixNano())
-		}
+		due := pace(start, v, tick, func() bool {
+			return slices.ContainsFunc(queues, func(q chan int) bool { return len(q) > window })
+		})
+		pub[0][v].Store(due.UnixNano())
 		for _, q := range queues {
 			q <- v
 		}
@@ -454,6 +432,30 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 	if h := m.GetHistogram(); h.GetSampleCount() > 0 {
 		b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount())*1e3, "record-to-hub-mean-ms")
 	}
+}
+
+// fanoutModes: "max" publishes as fast as the server drains, "200k" a
+// round of 1,000 messages every 5ms.
+var fanoutModes = []struct {
+	name string
+	tick time.Duration
+}{{"max", 0}, {"200k", 5 * time.Millisecond}}
+
+// pace waits for round v of a run that started at start and returns the
+// time its latency counts from. Paced (tick > 0), that is when the round
+// was due, even if it goes out late: a late round waited too (no
+// coordinated omission). Unpaced, it waits while over says a queue is too
+// long and returns the time it stopped waiting.
+func pace(start time.Time, v int, tick time.Duration, over func() bool) time.Time {
+	if tick > 0 {
+		due := start.Add(time.Duration(v) * tick)
+		time.Sleep(time.Until(due))
+		return due
+	}
+	for over() {
+		time.Sleep(100 * time.Microsecond)
+	}
+	return time.Now()
 }
 
 // fanoutWindow is how many versions "max" lets wait in any queue. A

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/sequencer"
 )
 
 // BenchmarkKafkaFloor is the least a design with Kafka transactions can
@@ -77,7 +78,7 @@ func BenchmarkKafkaFloor(b *testing.B) {
 			if time.Since(polled) < 200*time.Microsecond {
 				// The sequencer's gather (Config.GatherWait): take the
 				// fetch that follows a buffered one too.
-				gctx, gcancel := context.WithTimeout(ctx, 2*time.Millisecond)
+				gctx, gcancel := context.WithTimeout(ctx, sequencer.DefaultGatherWait)
 				recs = append(recs, relay.PollFetches(gctx).Records()...)
 				gcancel()
 			}
