@@ -329,11 +329,17 @@ func CacheDir() (string, error) {
 }
 
 // kafkaClusterID returns a random cluster id in Kafka's format: a UUID in
-// URL-safe base64 without padding.
+// URL-safe base64 without padding. Like Kafka's own Uuid.randomUuid it
+// never starts with '-': kafka-storage's argument parser takes such an id
+// for an option and refuses to format (one start in 64 failed that way).
 func kafkaClusterID() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		_, _ = rand.Read(b[:])
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 func lastLines(s string, n int) string {
