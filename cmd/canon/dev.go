@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,6 +38,9 @@ Unless --brokers is given, an embedded Kafka-protocol broker (franz-go's kfake)
 runs inside the process with its logs under DATA/kafka, so nothing else needs
 to be installed. Canon's topics are created on first start. Stop with Ctrl-C;
 the next start reuses the same data.
+
+The data directory and everything in it is readable by your user only: it
+holds every mutation and item body.
 
 Unless --clickhouse is given, an installed clickhouse-server (Debian's
 package) is started on 127.0.0.1 with its data under DATA/clickhouse, and the
@@ -70,8 +74,17 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	// Everything under the data dir is the user's only: the broker's logs
+	// and the store hold every item body, keys.json the signing key. The
+	// umask covers what Pebble, the embedded broker and the local
+	// ClickHouse (a child, which inherits it) create; the chmod an older
+	// data dir that was made readable to all.
+	syscall.Umask(0o077)
+	if err := os.MkdirAll(data, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w (pass --data with a writable directory)", err)
+	}
+	if err := os.Chmod(data, 0o700); err != nil {
+		return fmt.Errorf("make the data dir %s private: %w", data, err)
 	}
 	stopClickHouse, err := startDevClickHouse(ctx, &f.clickhouse, data, log)
 	if err != nil {

@@ -55,7 +55,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, fmt.Errorf("embedded broker listen address %q: %w", cfg.Listen, err)
 	}
 	dir := filepath.Join(cfg.DataDir, "kafka")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The broker's logs hold every mutation and item body: the owner's
+	// only.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	// Bind before handing the listener to kfake so that a busy port gives
