@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -41,6 +43,10 @@ the next start reuses the same data.
 
 The data directory and everything in it is readable by your user only: it
 holds every mutation and item body.
+
+The banner with the addresses and the dev token is printed once Canon is
+ready (/readyz), after the start's log lines. The Kafka client library logs
+warnings and errors only (--kafka-log-level), Canon from --log-level.
 
 Unless --clickhouse is given, an installed clickhouse-server (Debian's
 package) is started on 127.0.0.1 with its data under DATA/clickhouse, and the
@@ -131,7 +137,14 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	w := cmd.OutOrStdout()
+	// The banner is printed whole once Canon is ready, after the start's
+	// log lines: printed as it was made, log lines split it and the dev
+	// token scrolled away.
+	var banner bytes.Buffer
+	w := &banner
+	if ch := activeClickHouse.Load(); ch != nil {
+		ch.out = w // the projector role adds the history line
+	}
 	fmt.Fprintf(w, "\nCanon dev is running. Stop it with Ctrl-C; the next start reuses the data.\n\n")
 	fmt.Fprintf(w, "  data        %s\n", data)
 	fmt.Fprintf(w, "  kafka       %s (%s)\n", strings.Join(brokers, ","), kafkaNote)
@@ -153,7 +166,42 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	}
 	fmt.Fprintf(w, "  roles       %s\n", strings.Join(names, ", "))
 	printTryIt(w, base, devToken)
+	components = append(components, printWhenReady(n, cmd.OutOrStdout(), &banner))
 	err = n.run(ctx, components...)
 	log.Info("canon dev stopping")
 	return err
+}
+
+// bannerWait bounds how long the banner waits for readiness: past it, it
+// is printed with what is not ready yet.
+const bannerWait = 20 * time.Second
+
+// printWhenReady is a component of canon dev that prints the banner once
+// every readiness check passes (or after bannerWait, naming the checks
+// that fail), and then returns.
+func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer) func(context.Context) error {
+	return func(ctx context.Context) error {
+		deadline := time.Now().Add(bannerWait)
+		for {
+			failed := n.ready.Check(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if len(failed) == 0 || time.Now().After(deadline) {
+				for _, name := range slices.Sorted(maps.Keys(failed)) {
+					fmt.Fprintf(banner, "  not ready   %s: %v (see /readyz)\n", name, failed[name])
+				}
+				// One write, so that no log line lands inside it.
+				if _, err := out.Write(banner.Bytes()); err != nil {
+					return fmt.Errorf("print the banner: %w", err)
+				}
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
+	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +29,53 @@ func pushN(t *testing.T, ctx context.Context, p *devProc, c string, n int) {
 		if err != nil || len(out) != 1 || out[0].Status != client.Applied {
 			t.Fatalf("push %d of %s: %+v, %v", i, c, out, err)
 		}
+	}
+}
+
+var logLine = regexp.MustCompile(`^time=\S+ level=`)
+
+// The banner comes whole, after the start's log lines, so that the dev
+// token does not scroll away between them; and the Kafka client library
+// logs only its warnings, not six lines per transaction.
+func TestDevBannerWholeAndKafkaQuiet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := buildCanon(t)
+	p := startDev(t, ctx, bin, t.TempDir())
+	waitReady(t, ctx, p.http)
+	pushN(t, ctx, p, "c", 10)
+	out := strings.Split(p.stop(t), "\n")
+
+	first, last := -1, -1
+	for i, l := range out {
+		if strings.HasPrefix(l, "Canon dev is running") {
+			first = i
+		}
+		if strings.Contains(l, "each client id takes a mutation id once") {
+			last = i
+		}
+	}
+	if first < 0 || last < first {
+		t.Fatalf("no banner in:\n%s", strings.Join(out, "\n"))
+	}
+	for _, l := range out[first : last+1] {
+		if logLine.MatchString(l) {
+			t.Fatalf("a log line inside the banner: %q\n%s", l, strings.Join(out, "\n"))
+		}
+	}
+	started := slices.IndexFunc(out, func(l string) bool { return strings.Contains(l, `msg="canon dev started"`) })
+	restored := slices.IndexFunc(out, func(l string) bool { return strings.Contains(l, `msg="partition restored"`) })
+	if started > first || restored > first {
+		t.Errorf("start log lines (at %d and %d) after the banner (at %d)", started, restored, first)
+	}
+	kafkaInfo := 0
+	for _, l := range out {
+		if strings.Contains(l, "component=franz-go") && !strings.Contains(l, "level=WARN") && !strings.Contains(l, "level=ERROR") {
+			kafkaInfo++
+		}
+	}
+	if kafkaInfo > 0 {
+		t.Fatalf("%d lines of franz-go below warn in %d lines of log for 10 pushes:\n%s", kafkaInfo, len(out), strings.Join(out, "\n"))
 	}
 }
 
@@ -75,5 +125,46 @@ func TestDevDataIsPrivate(t *testing.T) {
 	}
 	if len(open) > 0 {
 		t.Fatalf("%d of the data dir's entries are open to others:\n%s", len(open), strings.Join(open, "\n"))
+	}
+}
+
+// Canon's loggers log from --log-level, the Kafka library's (component
+// franz-go or kfake) from --kafka-log-level.
+func TestLogLevelsPerComponent(t *testing.T) {
+	for _, tc := range []struct {
+		canon, kafka string
+		want         string
+	}{
+		{"info", "warn", "canon-info canon-warn kafka-warn"},
+		{"warn", "debug", "canon-warn kafka-debug kafka-info kafka-warn"},
+		{"debug", "error", "canon-debug canon-info canon-warn"},
+	} {
+		var b strings.Builder
+		g := &globalFlags{logLevel: tc.canon, kafkaLogLevel: tc.kafka, logFormat: "text"}
+		log, err := g.logger(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		franz, kfake := log.With("component", "franz-go"), log.With("component", "kfake")
+		for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn} {
+			name := strings.ToLower(l.String())
+			log.With("component", "sequencer").Log(context.Background(), l, "canon-"+name)
+			franz.Log(context.Background(), l, "kafka-"+name)
+			kfake.WithGroup("g").Log(context.Background(), l, "kafka-"+name)
+		}
+		var got []string
+		for _, m := range regexp.MustCompile(`msg=(\S+)`).FindAllStringSubmatch(b.String(), -1) {
+			if !slices.Contains(got, m[1]) {
+				got = append(got, m[1])
+			}
+		}
+		slices.Sort(got)
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("--log-level %s --kafka-log-level %s logged %v, want %s", tc.canon, tc.kafka, got, tc.want)
+		}
+	}
+	if _, err := (&globalFlags{logLevel: "info", kafkaLogLevel: "loud", logFormat: "text"}).logger(os.Stderr); err == nil ||
+		!strings.Contains(err.Error(), "--kafka-log-level") {
+		t.Fatalf("a bad --kafka-log-level: %v", err)
 	}
 }
