@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,7 @@ type devFlags struct {
 	http        string
 	pprof       bool
 	kafkaListen string
+	kafkaPort   int
 	clickhouse  devClickHouseFlags
 }
 
@@ -38,8 +41,10 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 
 Unless --brokers is given, an embedded Kafka-protocol broker (franz-go's kfake)
 runs inside the process with its logs under DATA/kafka, so nothing else needs
-to be installed. Canon's topics are created on first start. Stop with Ctrl-C;
-the next start reuses the same data.
+to be installed. It listens on 127.0.0.1:9092, or on a free port when 9092 is
+taken (a Kafka of your own): the banner says which. Canon's topics are created
+on first start. Stop with Ctrl-C; the next start reuses the same data, on
+whatever port.
 
 The data directory and everything in it is readable by your user only: it
 holds every mutation and item body.
@@ -54,6 +59,7 @@ history projector writes the edit history into it; without one, everything
 else runs and the command that installs it is printed.`,
 		Example: `  canon dev
   canon dev --data /tmp/canon --http 127.0.0.1:9000
+  canon dev --kafka-port 19092   # the embedded broker on another port
   canon dev --brokers localhost:9092   # use a running Kafka instead
   canon dev --clickhouse localhost:9000   # use a running ClickHouse instead`,
 		Args: cobra.NoArgs,
@@ -70,7 +76,10 @@ else runs and the command that installs it is printed.`,
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
-	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")
+	cmd.Flags().IntVar(&f.kafkaPort, "kafka-port", defaultDevKafkaPort,
+		"port of the embedded broker on 127.0.0.1 (0: a free one; a busy port is replaced by a free one, which the banner names)")
+	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", "",
+		"address of the embedded broker, host:port; replaces --kafka-port, and a busy one is an error")
 	f.clickhouse.register(cmd)
 	return cmd
 }
@@ -103,14 +112,25 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	brokers := f.kafka.brokers
 	kafkaNote := "external"
 	if len(brokers) == 0 {
+		listen, anyPort := f.kafkaListen, false
+		if listen == "" {
+			if f.kafkaPort < 0 || f.kafkaPort > 65535 {
+				return usageError{fmt.Errorf("--kafka-port %d is not a port: pass 0 to 65535", f.kafkaPort)}
+			}
+			listen, anyPort = net.JoinHostPort("127.0.0.1", strconv.Itoa(f.kafkaPort)), true
+		}
 		emb, err := kafka.StartEmbedded(kafka.EmbeddedConfig{
 			DataDir:         data,
-			Listen:          f.kafkaListen,
+			Listen:          listen,
+			AnyPortIfBusy:   anyPort,
 			MaxMessageBytes: f.kafka.maxMessageBytes,
 			Log:             log,
 		})
 		if err != nil {
 			return err
+		}
+		if busy := emb.Busy(); busy != "" {
+			log.Warn("the embedded broker's port is busy; using a free one", "busy", busy, "addr", emb.Brokers()[0])
 		}
 		defer func() {
 			emb.Close()
@@ -118,6 +138,10 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		}()
 		brokers = emb.Brokers()
 		kafkaNote = "embedded, data in " + filepath.Join(data, "kafka")
+		if busy := emb.Busy(); busy != "" {
+			_, port, _ := net.SplitHostPort(busy)
+			kafkaNote = "embedded; port " + port + " was busy, --kafka-port picks another; data in " + filepath.Join(data, "kafka")
+		}
 	}
 
 	n, err := newNode(ctx, log, brokers, &f.kafka, f.http, data)
@@ -171,6 +195,9 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	log.Info("canon dev stopping")
 	return err
 }
+
+// defaultDevKafkaPort is Kafka's usual port, where clients look first.
+const defaultDevKafkaPort = 9092
 
 // bannerWait bounds how long the banner waits for readiness: past it, it
 // is printed with what is not ready yet.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -125,6 +126,43 @@ func TestDevDataIsPrivate(t *testing.T) {
 	}
 	if len(open) > 0 {
 		t.Fatalf("%d of the data dir's entries are open to others:\n%s", len(open), strings.Join(open, "\n"))
+	}
+}
+
+// A Kafka of the laptop's own on the broker's port moves the embedded
+// broker to a free port, which the banner names; the data dir works on
+// another port after a restart, and a client.Writer of the same client
+// goes on from the ids of the first run.
+func TestDevBusyKafkaPortAndWriterResumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := buildCanon(t)
+	data := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, port, _ := net.SplitHostPort(taken.Addr().String())
+
+	p := startDev(t, ctx, bin, data, "--kafka-port", port)
+	if p.brokers == taken.Addr().String() || !strings.Contains(p.out.String(), "port "+port+" was busy") {
+		t.Fatalf("with port %s taken the banner says:\n%s", port, p.out.String())
+	}
+	waitReady(t, ctx, p.http)
+	pushN(t, ctx, p, "c", 2)
+	p.stop(t)
+
+	p = startDev(t, ctx, bin, data, "--kafka-port", "0")
+	defer p.stop(t)
+	waitReady(t, ctx, p.http)
+	w := client.New(p.http, client.WithToken(p.token)).Writer("dev", "demo", client.WriterConfig{ClientGroup: "g-c", Client: "c"})
+	if _, err := w.Add("item.put", map[string]any{"collection": "notes", "id": "again", "data": 3}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := w.Flush(ctx)
+	if err != nil || len(out) != 1 || out[0].Status != client.Applied || out[0].ID != 3 {
+		t.Fatalf("a second run's Writer: %+v, %v; want id 3 applied", out, err)
 	}
 }
 
