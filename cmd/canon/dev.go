@@ -129,9 +129,6 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		if err != nil {
 			return err
 		}
-		if busy := emb.Busy(); busy != "" {
-			log.Warn("the embedded broker's port is busy; using a free one", "busy", busy, "addr", emb.Brokers()[0])
-		}
 		defer func() {
 			emb.Close()
 			log.Info("embedded broker stopped; its data is kept", "dir", filepath.Join(data, "kafka"))
@@ -139,6 +136,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		brokers = emb.Brokers()
 		kafkaNote = "embedded, data in " + filepath.Join(data, "kafka")
 		if busy := emb.Busy(); busy != "" {
+			log.Warn("the embedded broker's port is busy; using a free one", "busy", busy, "addr", brokers[0])
 			_, port, _ := net.SplitHostPort(busy)
 			kafkaNote = "embedded; port " + port + " was busy, --kafka-port picks another; data in " + filepath.Join(data, "kafka")
 		}
