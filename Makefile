@@ -10,6 +10,7 @@ COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 DATA      ?= .canon
 HTTP      ?= 127.0.0.1:8080
+KAFKA_PORT ?= 9092
 GOLANGCI_LINT_VERSION := v2.15.0
 TEST_TIMEOUT ?= 25m
 PKGS      ?= ./...
@@ -24,9 +25,9 @@ build: ## Build bin/canon
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/canon ./cmd/canon
 
 .PHONY: run
-run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080), with a local ClickHouse when it can
+run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080 KAFKA_PORT=9092), with a local ClickHouse when it can
 	@scripts/dev-clickhouse $(DATA)
-	$(BIN)/canon dev --data $(DATA) --http $(HTTP)
+	$(BIN)/canon dev --data $(DATA) --http $(HTTP) --kafka-port $(KAFKA_PORT)
 
 .PHONY: deps
 deps: ## Install what the tests need and is missing (Java, Maven, Chromium; as root with apt-get)

@@ -114,7 +114,9 @@ func (e *Error) retryable() bool {
 
 // Client talks to Canon's HTTP API. It is safe for concurrent use.
 type Client struct {
-	base    string
+	base string
+	// read is the read API's base URL (default base).
+	read    string
 	token   string
 	http    *http.Client
 	retries int
@@ -131,6 +133,13 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // and a transport that keeps up to 64 idle connections per host).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
+// WithReadURL sets the base URL of Canon's read API when it is not the
+// one pushes go to (canon serve with the producer and readapi roles in
+// different processes). Writers ask it for their client's last id.
+func WithReadURL(baseURL string) Option {
+	return func(c *Client) { c.read = strings.TrimRight(baseURL, "/") }
+}
+
 // WithRetries sets how many times a push is retried after a network error,
 // 429 or 503 (default 10), and the first backoff (default 50ms, doubling
 // up to 5s, with jitter; a Retry-After from the server wins).
@@ -146,8 +155,44 @@ func New(baseURL string, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.read == "" {
+		c.read = c.base
+	}
 	return c
 }
+
+// LastID returns the id of the last mutation Canon decided for a client
+// on a branch (empty: main) of a project, 0 when it has none: the read
+// API's GET /v1/projects/{org}/{project}/clients/{client}. The token needs
+// the read scope (write includes it). Network errors, 429 and 503 are
+// retried as for a push.
+func (c *Client) LastID(ctx context.Context, org, project, branch, client string) (uint64, error) {
+	u := c.read + "/v1/projects/" + url.PathEscape(org) + "/" + url.PathEscape(project) + "/clients/" + url.PathEscape(client)
+	if branch != "" {
+		u += "?" + url.Values{"branch": {branch}}.Encode()
+	}
+	var res struct {
+		LastMutationID *uint64 `json:"lastMutationID"`
+	}
+	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodGet, u, nil, &res) })
+	var apiErr *Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Code == codeBranchNotFound:
+		return 0, nil // no mutation of anyone on the branch yet
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound:
+		return 0, fmt.Errorf("canon: last id of client %s: %s has no read API (%w): pass client.WithReadURL with the readapi role's address",
+			client, c.read, err)
+	case err != nil:
+		return 0, fmt.Errorf("canon: last id of client %s: %w", client, err)
+	case res.LastMutationID == nil:
+		return 0, fmt.Errorf("canon: last id of client %s: GET %s answered no lastMutationID: is it Canon's read API?", client, u)
+	}
+	return *res.LastMutationID, nil
+}
+
+// codeBranchNotFound is the read API's error code for a branch without
+// any version yet.
+const codeBranchNotFound = "branch_not_found"
 
 // defaultTransport is the transport of the Clients made without
 // WithHTTPClient: http.DefaultTransport's, but keeping up to 64 idle

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,12 @@ type fakeCanon struct {
 }
 
 func (f *fakeCanon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet { // a Writer asking for its client's last id, on a new project
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":{"code":"branch_not_found","message":"project acme/p has no branch main"}}`))
+		return
+	}
 	var p Push
 	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 		http.Error(w, err.Error(), 400)
@@ -188,5 +195,119 @@ func TestConcurrentPushesReuseConnections(t *testing.T) {
 	// 8 connections at least; with 2 kept idle, 6 more in every round.
 	if n := conns.Load(); n > 2*pushers {
 		t.Fatalf("%d connections for %d rounds of %d concurrent pushes", n, rounds, pushers)
+	}
+}
+
+// ledger is a Canon in miniature for Writers: it keeps each client's last
+// id, applies the next one, answers the ones at or below it duplicate,
+// and serves the read API's last id of a client.
+type ledger struct {
+	mu   sync.Mutex
+	last map[string]uint64
+}
+
+func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method == http.MethodGet {
+		_ = json.NewEncoder(w).Encode(map[string]any{"client": r.PathValue("client"), "branch": "main", "lastMutationID": l.last[r.PathValue("client")]})
+		return
+	}
+	var p Push
+	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	var res Result
+	for _, m := range p.Mutations {
+		wr := Written{Client: m.Client, ID: m.ID}
+		res.Mutations = append(res.Mutations, wr)
+		o := Outcome{Written: wr, Status: Duplicate}
+		switch last := l.last[m.Client]; {
+		case m.ID == last+1:
+			l.last[m.Client] = m.ID
+			o.Status = Applied
+		case m.ID > last+1:
+			o.Status, o.Reason, o.ExpectedID = Rejected, "gap", last+1
+		}
+		res.Outcomes = append(res.Outcomes, o)
+	}
+	_ = json.NewEncoder(w).Encode(res)
+}
+
+// A second Writer with the same client id, as a second run of a program
+// makes, goes on from the last id Canon has: its mutations are applied,
+// not answered duplicate.
+func TestWriterResumesFromCanonsLastID(t *testing.T) {
+	mux := http.NewServeMux()
+	l := &ledger{last: map[string]uint64{}}
+	mux.Handle("GET /v1/projects/acme/p/clients/{client}", l)
+	mux.Handle("POST /v1/projects/acme/p/push", l)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := New(srv.URL)
+	run := func(n int) []Outcome {
+		t.Helper()
+		w := c.Writer("acme", "p", WriterConfig{ClientGroup: "g", Client: "c"})
+		for i := range n {
+			if _, err := w.Add("item.put", map[string]any{"collection": "t", "id": fmt.Sprint(i), "data": i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := w.Flush(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	run(2)
+	out := run(3)
+	if len(out) != 3 {
+		t.Fatalf("second writer: %d outcomes, want 3", len(out))
+	}
+	for i, o := range out {
+		if o.Status != Applied || o.ID != uint64(3+i) {
+			t.Errorf("second writer's mutation %d: %s id %d, want applied id %d", i, o.Status, o.ID, 3+i)
+		}
+	}
+	if l.last["c"] != 5 {
+		t.Fatalf("Canon's last id of c is %d, want 5", l.last["c"])
+	}
+}
+
+// The look-up goes to WithReadURL when the read API is elsewhere; a URL
+// that has no read API is an error that says what to pass, and Add queues
+// nothing then.
+func TestWriterLastIDLookup(t *testing.T) {
+	l := &ledger{last: map[string]uint64{"c": 7}}
+	reads := http.NewServeMux()
+	reads.Handle("GET /v1/projects/acme/p/clients/{client}", l)
+	readSrv := httptest.NewServer(reads)
+	defer readSrv.Close()
+	pushes := http.NewServeMux()
+	pushes.Handle("POST /v1/projects/acme/p/push", l)
+	pushSrv := httptest.NewServer(pushes)
+	defer pushSrv.Close()
+
+	w := New(pushSrv.URL).Writer("acme", "p", WriterConfig{ClientGroup: "g", Client: "c"})
+	if _, err := w.Add("x", json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "WithReadURL") {
+		t.Fatalf("Add against a URL without the read API: %v, want an error naming WithReadURL", err)
+	}
+	if w.Pending() != 0 {
+		t.Fatalf("%d pending after a failed Add", w.Pending())
+	}
+
+	w = New(pushSrv.URL, WithReadURL(readSrv.URL+"/")).Writer("acme", "p", WriterConfig{ClientGroup: "g", Client: "c"})
+	if err := w.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := w.Add("x", json.RawMessage(`{}`)); err != nil || id != 8 {
+		t.Fatalf("Add after Canon's last id 7: %d, %v; want 8", id, err)
+	}
+	// A LastID given is used as is.
+	w = New(pushSrv.URL).Writer("acme", "p", WriterConfig{ClientGroup: "g", Client: "c", LastID: 3})
+	if id, err := w.Add("x", json.RawMessage(`{}`)); err != nil || id != 4 {
+		t.Fatalf("Add with LastID 3: %d, %v; want 4", id, err)
 	}
 }

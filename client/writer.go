@@ -18,8 +18,11 @@ type WriterConfig struct {
 	ClientGroup string
 	// Client is the client id; its mutation ids increase by 1 from 1.
 	Client string
-	// LastID is the client's last id that Canon has (0 for a new client):
-	// the first mutation added gets LastID+1.
+	// LastID is the client's last id that Canon has: the first mutation
+	// added gets LastID+1. 0 (the default) asks Canon's read API for it
+	// before the first mutation is numbered (Resume), so that a program
+	// run again with the same client id goes on from where the last run
+	// ended instead of being answered duplicate.
 	LastID uint64
 	// MaxBatch bounds the mutations of one push (default 500).
 	MaxBatch int
@@ -43,6 +46,10 @@ type Writer struct {
 	cfg          WriterConfig
 
 	flushing sync.Mutex
+	// resuming serializes the look-up of the client's last id; resumed is
+	// set (under mu) once next follows it.
+	resuming sync.Mutex
+	resumed  bool
 	mu       sync.Mutex
 	next     uint64
 	pending  []Mutation // added, not decided, in id order
@@ -58,11 +65,37 @@ func (c *Client) Writer(org, project string, cfg WriterConfig) *Writer {
 	if cfg.Retain <= 0 {
 		cfg.Retain = 1000
 	}
-	return &Writer{c: c, org: org, project: project, cfg: cfg, next: cfg.LastID + 1}
+	return &Writer{c: c, org: org, project: project, cfg: cfg, next: cfg.LastID + 1, resumed: cfg.LastID > 0}
+}
+
+// Resume asks Canon for the client's last id (Client.LastID) and numbers
+// the mutations added after it from there. The first Add calls it when
+// WriterConfig.LastID is 0; call it before to bound the look-up with ctx
+// or to learn that Canon cannot be reached before mutations are queued.
+// Once the writer knows the last id, Resume does nothing.
+func (w *Writer) Resume(ctx context.Context) error {
+	w.resuming.Lock()
+	defer w.resuming.Unlock()
+	w.mu.Lock()
+	done := w.resumed
+	w.mu.Unlock()
+	if done {
+		return nil
+	}
+	last, err := w.c.LastID(ctx, w.org, w.project, w.cfg.Branch, w.cfg.Client)
+	if err != nil {
+		return fmt.Errorf("%w (or set WriterConfig.LastID)", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next, w.resumed = last+1, true
+	return nil
 }
 
 // Add queues a mutation and returns its id. args is JSON-encoded unless
-// it is a json.RawMessage.
+// it is a json.RawMessage. The first Add of a writer whose LastID is 0
+// asks Canon for the client's last id (see Resume), within the Client's
+// HTTP timeout and retries; its error is returned and nothing is queued.
 func (w *Writer) Add(name string, args any) (uint64, error) {
 	raw, ok := args.(json.RawMessage)
 	if !ok {
@@ -70,6 +103,11 @@ func (w *Writer) Add(name string, args any) (uint64, error) {
 		if raw, err = json.Marshal(args); err != nil {
 			return 0, fmt.Errorf("canon: args of %s: %w", name, err)
 		}
+	}
+	// Add takes no context (its callers queue and flush later); Resume
+	// with one bounds the look-up.
+	if err := w.Resume(context.Background()); err != nil {
+		return 0, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

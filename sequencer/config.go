@@ -34,6 +34,7 @@ const (
 	DefaultSessionTimeout  = 10 * time.Second
 	DefaultTxnTimeout      = 30 * time.Second
 	DefaultRestoreBatch    = 2000
+	DefaultFetchMaxWait    = 500 * time.Millisecond
 )
 
 // Config configures a Sequencer.
@@ -93,6 +94,14 @@ type Config struct {
 	// RestoreBatch is how many changelog records a restore applies to the
 	// store per write; default 2000.
 	RestoreBatch int
+	// FetchMaxWait is how long the broker holds a fetch of
+	// canon.mutations that finds no records; default 500ms (Kafka's own
+	// fetch.max.wait.ms; franz-go's is 5s). The client keeps one fetch per
+	// broker in flight, so a partition whose restore ends after the others
+	// (a retried restore, a partition a rebalance added) is fetched only
+	// when that fetch returns: this bounds how long its first mutation
+	// waits.
+	FetchMaxWait time.Duration
 
 	// Log receives the sequencer's logs; nil discards them.
 	Log *slog.Logger
@@ -140,6 +149,9 @@ func (c *Config) setDefaults() {
 	if c.RestoreBatch == 0 {
 		c.RestoreBatch = DefaultRestoreBatch
 	}
+	if c.FetchMaxWait == 0 {
+		c.FetchMaxWait = DefaultFetchMaxWait
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -162,6 +174,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GatherWait > time.Second {
 		errs = append(errs, fmt.Errorf("sequencer: gather wait %v: use at most 1s, or a negative value to disable it (default 2ms)", c.GatherWait))
+	}
+	if c.FetchMaxWait < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("sequencer: fetch max wait %v: use at least 10ms (default 500ms)", c.FetchMaxWait))
 	}
 	if c.TransactionTimeout > 0 && c.SessionTimeout > 0 && c.TransactionTimeout < c.SessionTimeout {
 		errs = append(errs, fmt.Errorf("sequencer: transaction timeout %v is shorter than the session timeout %v", c.TransactionTimeout, c.SessionTimeout))

@@ -603,3 +603,68 @@ func (h *countingHandler) count(prefix string) int {
 	}
 	return n
 }
+
+// TestIntegrationReadyMeansDeciding checks what Ready promises: a
+// mutation produced right after it says yes is decided without waiting
+// for a fetch that was sent before every owned partition was restored.
+// The fetch max wait is ten minutes, so a partition left out of the fetch
+// in flight would wait that long; the mutation goes to the partition
+// restored last.
+func TestIntegrationReadyMeansDeciding(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const parts = 6
+	e := newTopicsEnv(t, k.Brokers, parts)
+	st, err := store.Open(store.Config{Dir: filepath.Join(t.TempDir(), "store"), Partitions: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	seq, err := New(Config{
+		Kafka:        kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-ready"},
+		Topics:       e.names,
+		Group:        e.prefix + DefaultGroup,
+		Store:        st,
+		FetchMaxWait: 10 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(sctx) }()
+	defer func() {
+		scancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	waitUntil(t, ctx, "the sequencer ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
+
+	project := ""
+	for i := 0; project == ""; i++ {
+		name := fmt.Sprintf("doc-%d", i)
+		if schemas.Partition(schemas.ProjectKey("acme", name), parts) == parts-1 {
+			project = name
+		}
+	}
+	m := &schemas.Mutation{Org: "acme", Project: project, Branch: "main", ClientGroup: "g-a", Client: "a", ID: 1,
+		Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":{}}`)}
+	e.produceSync(t, e.mutationRecord(t, m))
+	for {
+		h, err := st.Head("acme", project, "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Version == 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("a mutation of partition %d produced after Ready was not decided: the partition is not fetched "+
+				"until the fetch sent before its restore returns (fetch max wait 10m)", parts-1)
+		case <-time.After(itPoll):
+		}
+	}
+}

@@ -32,6 +32,7 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 	cl.PauseFetchPartitions(map[string][]int32{topic: ps})
 	waiting = map[int32]bool{}
 	var errs []error
+	var done []int32
 	for _, p := range ps {
 		if time.Now().Before(s.nextTry[p]) {
 			waiting[p] = true
@@ -44,8 +45,20 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 			continue
 		}
 		delete(s.nextTry, p)
+		done = append(done, p)
+	}
+	// Resume the restored partitions in one call, not each after its
+	// restore: the client keeps one fetch per broker in flight, and a
+	// partition resumed while that fetch waits for records of the others
+	// is fetched only when it returns, after FetchMaxWait. Resuming one by
+	// one left every partition but the first idle for that long after each
+	// start, while Ready already said yes. They count as restored (Ready)
+	// only once they are fetched again.
+	if len(done) > 0 {
+		cl.ResumeFetchPartitions(map[string][]int32{topic: done})
+	}
+	for _, p := range done {
 		s.restored(p, pending[p])
-		cl.ResumeFetchPartitions(map[string][]int32{topic: {p}})
 	}
 	return waiting, errors.Join(errs...)
 }

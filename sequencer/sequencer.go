@@ -266,6 +266,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		kgo.TransactionalID(s.cfg.Group+"-"+s.cfg.InstanceID),
 		kgo.TransactionTimeout(s.cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(s.cfg.FetchMaxWait),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(s.cfg.Linger),
 		// Canon's records reach 2 MiB (a mutation with a large item body);

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +28,7 @@ type devFlags struct {
 	http        string
 	pprof       bool
 	kafkaListen string
+	kafkaPort   int
 	clickhouse  devClickHouseFlags
 }
 
@@ -35,8 +41,17 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 
 Unless --brokers is given, an embedded Kafka-protocol broker (franz-go's kfake)
 runs inside the process with its logs under DATA/kafka, so nothing else needs
-to be installed. Canon's topics are created on first start. Stop with Ctrl-C;
-the next start reuses the same data.
+to be installed. It listens on 127.0.0.1:9092, or on a free port when 9092 is
+taken (a Kafka of your own): the banner says which. Canon's topics are created
+on first start. Stop with Ctrl-C; the next start reuses the same data, on
+whatever port.
+
+The data directory and everything in it is readable by your user only: it
+holds every mutation and item body.
+
+The banner with the addresses and the dev token is printed once Canon is
+ready (/readyz), after the start's log lines. The Kafka client library logs
+warnings and errors only (--kafka-log-level), Canon from --log-level.
 
 Unless --clickhouse is given, an installed clickhouse-server (Debian's
 package) is started on 127.0.0.1 with its data under DATA/clickhouse, and the
@@ -44,6 +59,7 @@ history projector writes the edit history into it; without one, everything
 else runs and the command that installs it is printed.`,
 		Example: `  canon dev
   canon dev --data /tmp/canon --http 127.0.0.1:9000
+  canon dev --kafka-port 19092   # the embedded broker on another port
   canon dev --brokers localhost:9092   # use a running Kafka instead
   canon dev --clickhouse localhost:9000   # use a running ClickHouse instead`,
 		Args: cobra.NoArgs,
@@ -60,7 +76,10 @@ else runs and the command that installs it is printed.`,
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
-	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")
+	cmd.Flags().IntVar(&f.kafkaPort, "kafka-port", defaultDevKafkaPort,
+		"port of the embedded broker on 127.0.0.1 (0: a free one; a busy port is replaced by a free one, which the banner names)")
+	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", "",
+		"address of the embedded broker, host:port; replaces --kafka-port, and a busy one is an error")
 	f.clickhouse.register(cmd)
 	return cmd
 }
@@ -70,8 +89,17 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	// Everything under the data dir is the user's only: the broker's logs
+	// and the store hold every item body, keys.json the signing key. The
+	// umask covers what Pebble, the embedded broker and the local
+	// ClickHouse (a child, which inherits it) create; the chmod an older
+	// data dir that was made readable to all.
+	syscall.Umask(0o077)
+	if err := os.MkdirAll(data, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w (pass --data with a writable directory)", err)
+	}
+	if err := os.Chmod(data, 0o700); err != nil {
+		return fmt.Errorf("make the data dir %s private: %w", data, err)
 	}
 	stopClickHouse, err := startDevClickHouse(ctx, &f.clickhouse, data, log)
 	if err != nil {
@@ -84,9 +112,17 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	brokers := f.kafka.brokers
 	kafkaNote := "external"
 	if len(brokers) == 0 {
+		listen, anyPort := f.kafkaListen, false
+		if listen == "" {
+			if f.kafkaPort < 0 || f.kafkaPort > 65535 {
+				return usageError{fmt.Errorf("--kafka-port %d is not a port: pass 0 to 65535", f.kafkaPort)}
+			}
+			listen, anyPort = net.JoinHostPort("127.0.0.1", strconv.Itoa(f.kafkaPort)), true
+		}
 		emb, err := kafka.StartEmbedded(kafka.EmbeddedConfig{
 			DataDir:         data,
-			Listen:          f.kafkaListen,
+			Listen:          listen,
+			AnyPortIfBusy:   anyPort,
 			MaxMessageBytes: f.kafka.maxMessageBytes,
 			Log:             log,
 		})
@@ -99,6 +135,11 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		}()
 		brokers = emb.Brokers()
 		kafkaNote = "embedded, data in " + filepath.Join(data, "kafka")
+		if busy := emb.Busy(); busy != "" {
+			log.Warn("the embedded broker's port is busy; using a free one", "busy", busy, "addr", brokers[0])
+			_, port, _ := net.SplitHostPort(busy)
+			kafkaNote = "embedded; port " + port + " was busy, --kafka-port picks another; data in " + filepath.Join(data, "kafka")
+		}
 	}
 
 	n, err := newNode(ctx, log, brokers, &f.kafka, f.http, data)
@@ -118,7 +159,14 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	w := cmd.OutOrStdout()
+	// The banner is printed whole once Canon is ready, after the start's
+	// log lines: printed as it was made, log lines split it and the dev
+	// token scrolled away.
+	var banner bytes.Buffer
+	w := &banner
+	if ch := activeClickHouse.Load(); ch != nil {
+		ch.out = w // the projector role adds the history line
+	}
 	fmt.Fprintf(w, "\nCanon dev is running. Stop it with Ctrl-C; the next start reuses the data.\n\n")
 	fmt.Fprintf(w, "  data        %s\n", data)
 	fmt.Fprintf(w, "  kafka       %s (%s)\n", strings.Join(brokers, ","), kafkaNote)
@@ -140,7 +188,45 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	}
 	fmt.Fprintf(w, "  roles       %s\n", strings.Join(names, ", "))
 	printTryIt(w, base, devToken)
+	components = append(components, printWhenReady(n, cmd.OutOrStdout(), &banner))
 	err = n.run(ctx, components...)
 	log.Info("canon dev stopping")
 	return err
+}
+
+// defaultDevKafkaPort is Kafka's usual port, where clients look first.
+const defaultDevKafkaPort = 9092
+
+// bannerWait bounds how long the banner waits for readiness: past it, it
+// is printed with what is not ready yet.
+const bannerWait = 20 * time.Second
+
+// printWhenReady is a component of canon dev that prints the banner once
+// every readiness check passes (or after bannerWait, naming the checks
+// that fail), and then returns.
+func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer) func(context.Context) error {
+	return func(ctx context.Context) error {
+		deadline := time.Now().Add(bannerWait)
+		for {
+			failed := n.ready.Check(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if len(failed) == 0 || time.Now().After(deadline) {
+				for _, name := range slices.Sorted(maps.Keys(failed)) {
+					fmt.Fprintf(banner, "  not ready   %s: %v (see /readyz)\n", name, failed[name])
+				}
+				// One write, so that no log line lands inside it.
+				if _, err := out.Write(banner.Bytes()); err != nil {
+					return fmt.Errorf("print the banner: %w", err)
+				}
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
+	}
 }

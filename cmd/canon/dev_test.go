@@ -75,9 +75,14 @@ var (
 )
 
 // startDev runs `canon dev` and waits until its banner names its addresses.
-func startDev(t *testing.T, ctx context.Context, bin, data string) *devProc {
+// The embedded broker listens on a free port, unless extra flags are
+// given: they replace --kafka-listen 127.0.0.1:0.
+func startDev(t *testing.T, ctx context.Context, bin, data string, extra ...string) *devProc {
 	t.Helper()
-	cmd := exec.Command(bin, "dev", "--data", data, "--http", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0", "--clickhouse-port", "0")
+	if len(extra) == 0 {
+		extra = []string{"--kafka-listen", "127.0.0.1:0"}
+	}
+	cmd := exec.Command(bin, append([]string{"dev", "--data", data, "--http", "127.0.0.1:0", "--clickhouse-port", "0"}, extra...)...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

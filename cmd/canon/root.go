@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,8 +14,9 @@ import (
 
 // globalFlags are the flags every subcommand has.
 type globalFlags struct {
-	logLevel  string
-	logFormat string
+	logLevel      string
+	kafkaLogLevel string
+	logFormat     string
 }
 
 func newRootCmd() *cobra.Command {
@@ -37,6 +39,8 @@ the command line wins over the environment.`,
 		},
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.kafkaLogLevel, "kafka-log-level", "warn",
+		"log level of the Kafka client library (franz-go) and of the embedded broker: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDevCmd(g), newServeCmd(g), newTopicsCmd(g), newTokenCmd(), newHealthCmd(), newVersionCmd(),
@@ -46,19 +50,66 @@ the command line wins over the environment.`,
 
 // logger builds the process logger from the global flags.
 func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
+	var level, kafkaLevel slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", g.logLevel)}
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	if err := kafkaLevel.UnmarshalText([]byte(g.kafkaLogLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("--kafka-log-level %q: use debug, info, warn or error", g.kafkaLogLevel)}
+	}
+	opts := &slog.HandlerOptions{Level: min(level, kafkaLevel)}
+	var h slog.Handler
 	switch g.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
 	default:
 		return nil, usageError{fmt.Errorf("--log-format %q: use text or json", g.logFormat)}
 	}
+	return slog.New(&componentLevels{h: h, canon: level, kafka: kafkaLevel}), nil
+}
+
+// kafkaComponents are the "component" values of the loggers handed to
+// the Kafka client library (internal/kafka's ClientConfig) and to the
+// embedded broker.
+var kafkaComponents = map[string]bool{"franz-go": true, "kfake": true}
+
+// componentLevels gives the Kafka library's records a level of their own
+// (--kafka-log-level): at info, franz-go logs six lines per transaction and
+// more per join, which made nine lines in ten of a dev log and buried
+// Canon's own. A logger whose attributes name a Kafka component gets the
+// Kafka level; every other one Canon's.
+type componentLevels struct {
+	h            slog.Handler
+	canon, kafka slog.Level
+	isKafka      bool
+}
+
+func (c *componentLevels) Enabled(ctx context.Context, l slog.Level) bool {
+	if c.isKafka {
+		return l >= c.kafka && c.h.Enabled(ctx, l)
+	}
+	return l >= c.canon && c.h.Enabled(ctx, l)
+}
+
+func (c *componentLevels) Handle(ctx context.Context, r slog.Record) error { return c.h.Handle(ctx, r) }
+
+func (c *componentLevels) WithAttrs(attrs []slog.Attr) slog.Handler {
+	n := *c
+	n.h = c.h.WithAttrs(attrs)
+	for _, a := range attrs {
+		if a.Key == "component" && kafkaComponents[a.Value.String()] {
+			n.isKafka = true
+		}
+	}
+	return &n
+}
+
+func (c *componentLevels) WithGroup(name string) slog.Handler {
+	n := *c
+	n.h = c.h.WithGroup(name)
+	return &n
 }
 
 // envName is the environment variable that sets a flag.

@@ -360,6 +360,9 @@ func ServerConfig(dir string, tcpPort, httpPort int) string {
     <mark_cache_size>268435456</mark_cache_size>
     <uncompressed_cache_size>268435456</uncompressed_cache_size>
     <mlock_executable>false</mlock_executable>
+    <!-- The data holds every mutation's args: the user's only (the
+         server's own default umask, 027, leaves it to the group). -->
+    <umask>077</umask>
 </yandex>
 `, dir, tcpPort, httpPort)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/kafka/kafkatest"
 	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/readapi"
 	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
@@ -68,6 +69,13 @@ func (pl *pipeline) serveProducer(t testing.TB, cfg producer.Config) string {
 	}
 	mux := http.NewServeMux()
 	p.Mount(mux)
+	// The read API on the same address, as canon dev serves it: a
+	// client.Writer asks it for its client's last id.
+	rs, err := readapi.New(readapi.Config{Store: pl.store, Keys: pl.keys.VerifyOnly()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Mount(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { srv.Close(); p.Close() })
 	return srv.URL

@@ -1,12 +1,14 @@
 package kafka
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -23,6 +25,11 @@ type EmbeddedConfig struct {
 	// Listen is host:port to serve the Kafka protocol on; default
 	// DefaultEmbeddedListen. Port 0 picks a free port.
 	Listen string
+	// AnyPortIfBusy listens on a free port of Listen's host when Listen's
+	// port is taken (a Kafka of the machine's own on 9092), instead of
+	// failing; Busy reports it. Clients find the broker by the address
+	// Brokers returns, and the data dir does not depend on the port.
+	AnyPortIfBusy bool
 	// MaxMessageBytes is the broker's message.max.bytes; default
 	// DefaultMaxMessageBytes.
 	MaxMessageBytes int32
@@ -38,6 +45,7 @@ type EmbeddedConfig struct {
 type Embedded struct {
 	cluster *kfake.Cluster
 	addr    string
+	busy    string
 }
 
 // StartEmbedded starts the broker, reloading the state in cfg.DataDir.
@@ -55,16 +63,25 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, fmt.Errorf("embedded broker listen address %q: %w", cfg.Listen, err)
 	}
 	dir := filepath.Join(cfg.DataDir, "kafka")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The broker's logs hold every mutation and item body: the owner's
+	// only.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	// Bind before handing the listener to kfake so that a busy port gives
 	// an error that says what to do.
 	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("embedded broker cannot listen on %s (%w): stop what uses it, pass --kafka-listen with "+
-			"another address, or pass --brokers to use a running Kafka instead", cfg.Listen, err)
+	busy := ""
+	if err != nil && cfg.AnyPortIfBusy && errors.Is(err, syscall.EADDRINUSE) {
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		busy = cfg.Listen
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
 	}
+	if err != nil {
+		return nil, fmt.Errorf("embedded broker cannot listen on %s (%w): stop what uses it, pass --kafka-port or --kafka-listen with "+
+			"another port, or pass --brokers to use a running Kafka instead", cfg.Listen, err)
+	}
+	addr := ln.Addr().String()
 	used := false
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
@@ -78,7 +95,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 				used = true
 				return ln, nil
 			}
-			return net.Listen(network, cfg.Listen)
+			return net.Listen(network, addr)
 		}),
 	}
 	if cfg.Log != nil {
@@ -89,11 +106,15 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		ln.Close()
 		return nil, fmt.Errorf("start embedded broker in %s: %w", dir, err)
 	}
-	return &Embedded{cluster: c, addr: ln.Addr().String()}, nil
+	return &Embedded{cluster: c, addr: addr, busy: busy}, nil
 }
 
 // Brokers returns the address clients dial.
 func (e *Embedded) Brokers() []string { return []string{e.addr} }
+
+// Busy returns the address asked for when it was taken and the broker
+// listens on a free port instead (AnyPortIfBusy); "" otherwise.
+func (e *Embedded) Busy() string { return e.busy }
 
 // Close stops the broker and flushes its state to the data dir.
 func (e *Embedded) Close() { e.cluster.Close() }
