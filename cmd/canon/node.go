@@ -93,6 +93,23 @@ type node struct {
 	store *store.Store
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
+	// reads tells which partitions the node's read API serves from store;
+	// nil when the node does not run the readapi role. Set up before the
+	// node runs.
+	reads func(p int32) bool
+}
+
+// readable returns once the node's read API can serve partition p of
+// canon.versions below offset next, or with ctx's error: the producer's
+// ?wait=applied answers then, so that a read on this node right after
+// sees the write. A partition the node serves no reads of (no readapi
+// role, another sequencer instance owns it, a replica of other
+// partitions) is answered 421 here, never stale: nothing to wait for.
+func (n *node) readable(ctx context.Context, p int32, next int64) error {
+	if n.reads == nil || !n.reads(p) {
+		return nil
+	}
+	return n.store.WaitApplied(ctx, p, next)
 }
 
 // runs reports whether the node runs the named role.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"golang.org/x/sync/errgroup"
 
@@ -55,6 +56,10 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		}
 		n.ready.Add("readapi-replica", rep.Ready)
 		run = rep.Run
+	}
+	n.reads = serves
+	if serves == nil {
+		n.reads = func(p int32) bool { return partitions == nil || slices.Contains(partitions, p) }
 	}
 	srv, err := readapi.New(readapi.Config{
 		Store:      st,

@@ -29,6 +29,8 @@ func setupProducer(n *node) (func(context.Context) error, error) {
 		// group owned by another principal.
 		Partitions:     n.topics.Partitions,
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
+		// ?wait=applied: readable on this node's read API, if it has one.
+		Readable: n.readable,
 	})
 	if err != nil {
 		return nil, err

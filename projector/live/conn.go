@@ -267,6 +267,22 @@ func (c *conn) drain() (*closeReason, error) {
 		return closeWith(CloseSlow, CodeSlow, fmt.Sprintf("the client reads too slowly: more than %d messages waited for it", c.s.cfg.QueueSize),
 			fmt.Sprintf("reconnect with from=%d (the last version received)", c.lastSent)), nil
 	}
+	// The hub hands out versions as the changelog tail reads them, and
+	// the store of this node applies them just after Kafka committed
+	// them: a client that reads this node when a version arrives (a
+	// Replicache pull on a poke) must find it, so none is sent before
+	// the store holds it.
+	need := int64(-1)
+	for _, e := range entries {
+		if e.version > c.lastSent {
+			need = max(need, e.offset+1)
+		}
+	}
+	if need > 0 {
+		if err := c.waitStore(need); err != nil {
+			return c.storeFailure(err), err
+		}
+	}
 	c.batch = c.batch[:0]
 	versions := 0
 	for _, e := range entries {
@@ -390,29 +406,44 @@ func (c *conn) moved() *closeReason {
 // waitStore waits until the store holds the partition's changelog up to
 // (not including) offset need.
 func (c *conn) waitStore(need int64) error {
+	st := c.s.cfg.Store
+	off, err := st.Applied(c.partition)
+	if err != nil || need <= 0 || off >= need {
+		return err
+	}
 	deadline := time.Now().Add(c.s.cfg.StoreLagTimeout)
-	delay := 500 * time.Microsecond
 	for {
-		off, ok, err := c.s.cfg.Store.Offset(c.partition)
-		if err != nil {
-			return err
-		}
-		if need <= 0 || ok && off >= need {
-			return nil
-		}
 		if !c.served() {
 			return errNotServed
 		}
-		if time.Now().After(deadline) {
+		wait := time.Until(deadline)
+		if wait <= 0 {
 			return fmt.Errorf("%w: the store is at offset %d of partition %d, the changelog at %d, after %v",
 				errStoreBehind, off, c.partition, need, c.s.cfg.StoreLagTimeout)
 		}
-		if err := c.pause(delay); err != nil {
+		// In slices, to notice a partition that moved away or a client
+		// that left.
+		ctx, cancel := context.WithTimeout(c.ctx, min(wait, storeCheckInterval))
+		err := st.WaitApplied(ctx, c.partition, need)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if c.gone() {
+			return errGone
+		}
+		if ctx.Err() == nil {
 			return err
 		}
-		delay = min(2*delay, 20*time.Millisecond)
+		if off, err = st.Applied(c.partition); err != nil {
+			return err
+		}
 	}
 }
+
+// storeCheckInterval is how often a wait for the store checks that the
+// partition is still served and the client still there.
+const storeCheckInterval = 50 * time.Millisecond
 
 var (
 	errStoreBehind = errors.New("store behind the changelog")
