@@ -49,7 +49,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		kcfg := n.kcfg
 		kcfg.ClientID = "canon-readapi-replica"
 		rep, err := readapi.NewReplica(readapi.ReplicaConfig{
-			Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Log: n.log,
+			Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Rejections: true, Log: n.log,
 		})
 		if err != nil {
 			return nil, err
