@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -41,6 +42,10 @@ type conn struct {
 	readDone chan struct{} // closed when the reader ends
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// expired is closed when the reader finds the token expired (a push
+	// after the expiry), for the writer to close the socket.
+	expired    chan struct{}
+	expireOnce sync.Once
 }
 
 // closeReason is why the server ends a subscription: a close code and the
@@ -92,7 +97,29 @@ func (c *conn) start() {
 	c.replies = make(chan []byte, 16)
 	c.quit = make(chan struct{})
 	c.readDone = make(chan struct{})
+	c.expired = make(chan struct{})
 	go c.readLoop()
+}
+
+// tokenExpired reports whether the subscription's token has expired:
+// checked on every push and every catch-up page, not only by the timer
+// of the live loop, so that an expired token neither writes nor reads.
+func (c *conn) tokenExpired() bool {
+	select {
+	case <-c.expired:
+		return true
+	default:
+	}
+	exp := c.claims.ExpiresAt
+	if exp == nil || c.s.cfg.Now().Before(exp.Time) {
+		return false
+	}
+	c.expireOnce.Do(func() { close(c.expired) })
+	return true
+}
+
+func expiredReason() *closeReason {
+	return closeWith(CloseUnauthenticated, CodeTokenExpired, "the token expired", "reconnect with a new token and resume")
 }
 
 // accept checks the subscription and the token.
@@ -247,7 +274,9 @@ func (c *conn) live() *closeReason {
 				return nil
 			}
 		case <-expiry:
-			return closeWith(CloseUnauthenticated, CodeTokenExpired, "the token expired", "reconnect with a new token and resume")
+			return expiredReason()
+		case <-c.expired:
+			return expiredReason()
 		case <-c.readDone:
 			return nil
 		case <-c.s.done:
@@ -341,6 +370,9 @@ func (c *conn) flush(versions int) error {
 // broke.
 func (c *conn) readStore(upTo uint64) *closeReason {
 	for upTo == 0 || c.lastSent < upTo {
+		if c.tokenExpired() {
+			return expiredReason()
+		}
 		limit := c.s.cfg.CatchUpPage
 		if upTo > 0 {
 			limit = int(min(uint64(limit), upTo-c.lastSent))
@@ -619,6 +651,10 @@ func (c *conn) push(requestID string, b []byte) []byte {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&msg); err != nil {
 		return c.pushError(requestID, &producer.Error{Code: producer.CodeInvalid, Message: "the push message does not decode: " + err.Error()})
+	}
+	if c.tokenExpired() {
+		return c.pushError(requestID, &producer.Error{Code: CodeTokenExpired, Message: "the token expired: the push was not taken",
+			Hint: "reconnect with a new token, resume, and push again"})
 	}
 	if c.s.cfg.Pusher == nil {
 		return c.pushError(requestID, &producer.Error{Code: CodePushDisabled, Message: "this server does not take pushes on the websocket",
