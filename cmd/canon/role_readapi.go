@@ -63,7 +63,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	}
 	srv, err := readapi.New(readapi.Config{
 		Store:      st,
-		Keys:       n.keys.VerifyOnly(),
+		Keys:       n.verifyKeys(),
 		Partitions: partitions,
 		Serves:     serves,
 		Log:        n.log,
@@ -87,7 +87,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	if pusher == nil {
 		kcfg := n.kcfg
 		kcfg.ClientID = "canon-live-producer"
-		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.keys.VerifyOnly(), Log: n.log,
+		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.verifyKeys(), Log: n.log,
 			Registerer: n.registry, Partitions: n.topics.Partitions, SequencerGroup: n.topicPrefix + sequencer.DefaultGroup}); err != nil {
 			return nil, err
 		}
@@ -95,7 +95,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-live"
 	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
-		Partitions: partitions, Serves: serves, Keys: n.keys.VerifyOnly(), Pusher: pusher, Log: n.log, Registerer: n.registry})
+		Partitions: partitions, Serves: serves, Keys: n.verifyKeys(), Pusher: pusher, Log: n.log, Registerer: n.registry})
 	if err != nil {
 		return nil, err
 	}

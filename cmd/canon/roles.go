@@ -22,7 +22,7 @@ func setupProducer(n *node) (func(context.Context) error, error) {
 	p, err := producer.New(producer.Config{
 		Kafka:      kcfg,
 		Topics:     n.topics.Names,
-		Keys:       n.keys.VerifyOnly(),
+		Keys:       n.verifyKeys(),
 		Log:        n.log,
 		Registerer: n.registry,
 		// Follow the changelog: ?wait=applied and the 409 for a client
