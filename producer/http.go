@@ -78,6 +78,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 			Hint:    "read them with the read API, or push again: applied ones are duplicates", RetryAfter: 1})
 		return
 	}
+	p.waitReadable(ctx, outcomes)
 	status := http.StatusOK
 	for _, o := range outcomes {
 		if o.Status == OutcomeTimeout {
@@ -86,6 +87,31 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, PushResponse{Mutations: written, Outcomes: outcomes})
+}
+
+// waitReadable waits until the node's read API serves the outcomes
+// (Config.Readable); those it does not serve within the wait become
+// timeouts, since answering applied promises that a read here sees them.
+func (p *Producer) waitReadable(ctx context.Context, outcomes []Outcome) {
+	if p.cfg.Readable == nil {
+		return
+	}
+	need := map[int32]int64{}
+	for _, o := range outcomes {
+		if o.next > 0 {
+			need[o.Partition] = max(need[o.Partition], o.next)
+		}
+	}
+	for partition, next := range need {
+		if err := p.cfg.Readable(ctx, partition, next); err != nil {
+			p.cfg.Log.Warn("push outcome not readable on this node within the wait", "partition", partition, "offset", next, "err", err)
+			for i, o := range outcomes {
+				if o.Partition == partition && o.next > 0 {
+					outcomes[i] = Outcome{Written: o.Written, Status: OutcomeTimeout}
+				}
+			}
+		}
+	}
 }
 
 // waitParams reads ?wait= and ?timeout=: how long the push waits for its

@@ -78,6 +78,15 @@ type Config struct {
 	SequencerGroup string
 	// MaxWait bounds ?wait=applied (and its ?timeout=); default 30s.
 	MaxWait time.Duration
+	// Readable, when set, tells when the read API of the node that answers
+	// pushes can serve what canon.versions holds below offset next of a
+	// partition: it returns then (at once for a partition the node does
+	// not serve reads of), or with ctx's error. ?wait=applied answers an
+	// outcome only once it returned, so that a read on the same node right
+	// after the answer sees the write (the node's store applies a version
+	// just after Kafka committed it). Nil answers as soon as the changelog
+	// has the outcome.
+	Readable func(ctx context.Context, partition int32, next int64) error
 }
 
 func (c *Config) setDefaults() {

@@ -37,6 +37,12 @@ type Outcome struct {
 	Reason     string `json:"reason,omitempty"`
 	Message    string `json:"message,omitempty"`
 	ExpectedID uint64 `json:"expectedId,omitempty"`
+
+	// next is the offset of canon.versions (in the mutation's partition)
+	// that a store must reach to hold the outcome: after the version that
+	// recorded it, or past the end offsets a duplicate was settled at; 0
+	// when the outcome is not in canon.versions.
+	next int64
 }
 
 // watcher follows canon.versions and canon.rejected from the end, for two
@@ -218,7 +224,7 @@ func (w *watcher) event(ev *changelog.Event) {
 				}
 			}
 			o := Outcome{Written: Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
-				Status: OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error}
+				Status: OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error, next: ev.Offset + 1}
 			if m.Status == schemas.StatusError {
 				o.Status = OutcomeError
 			}
@@ -390,7 +396,7 @@ func (w *watcher) settleDuplicates() {
 		for _, wt := range ws {
 			if wt.ends != nil && w.passed(w.topics.versions, pos.partition, wt.ends[0]) &&
 				w.passed(w.topics.rejected, pos.partition%w.rparts, wt.ends[1]) {
-				wt.done <- Outcome{Written: Written{Partition: pos.partition, Offset: pos.offset}, Status: OutcomeDuplicate}
+				wt.done <- Outcome{Written: Written{Partition: pos.partition, Offset: pos.offset}, Status: OutcomeDuplicate, next: wt.ends[0]}
 				continue
 			}
 			keep = append(keep, wt)

@@ -81,9 +81,10 @@ type ClientResponse struct {
 
 // Mutation statuses of MutationResponse.
 const (
-	StatusApplied = schemas.StatusApplied // decided and applied, in Version
-	StatusError   = schemas.StatusError   // decided: the mutator failed; Version records it
-	StatusPending = "pending"             // not decided yet (or never received: a gap)
+	StatusApplied  = schemas.StatusApplied // decided and applied, in Version
+	StatusError    = schemas.StatusError   // decided: the mutator failed; Version records it
+	StatusPending  = "pending"             // not decided yet (or never received)
+	StatusRejected = "rejected"            // not recorded: Reason says why (gap, unauthorized …)
 )
 
 // MutationResponse says what became of one mutation of a client.
@@ -97,7 +98,12 @@ type MutationResponse struct {
 	// while pending).
 	Version uint64 `json:"version,omitempty"`
 	// Error is the mutator's message for status error.
-	Error          string `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Reason, Message and ExpectedID say why the sequencer rejected the
+	// mutation (status rejected); a gap's is resent from ExpectedID.
+	Reason         string `json:"reason,omitempty"`
+	Message        string `json:"message,omitempty"`
+	ExpectedID     uint64 `json:"expectedId,omitempty"`
 	LastMutationID uint64 `json:"lastMutationID"`
 }
 
@@ -395,11 +401,18 @@ func (s *Server) handleMutation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("id", fmt.Sprintf("%q is not a mutation id: an integer >= 1", raw), "a client's first mutation has id 1"))
 		return
 	}
-	if _, aerr := s.head(c); aerr != nil {
+	// The rejection first: a branch whose first mutation was rejected
+	// does not exist, and the answer is still why.
+	rej, rejected, err := s.cfg.Store.Rejection(c.org, c.project, c.branch, client, id)
+	if err != nil {
+		writeError(w, internal(err))
+		return
+	}
+	if _, aerr := s.head(c); aerr != nil && !rejected {
 		writeError(w, aerr)
 		return
 	}
-	// The record first: a mutation decided between the two reads is then
+	// The record next: a mutation decided between the two reads is then
 	// seen with a last id that covers it.
 	st, found, err := s.cfg.Store.Mutation(c.org, c.project, c.branch, client, id)
 	if err != nil {
@@ -415,6 +428,9 @@ func (s *Server) handleMutation(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case found:
 		resp.Status, resp.Applied, resp.Version, resp.Error = st.Status, st.Status == schemas.StatusApplied, st.Version, st.Error
+	case rejected:
+		// Not recorded (a later version would have): the id is unused.
+		resp.Status, resp.Reason, resp.Message, resp.ExpectedID = StatusRejected, rej.Reason, rej.Message, rej.ExpectedID
 	case id > last:
 		resp.Status = StatusPending
 	default:

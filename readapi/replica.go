@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
@@ -30,6 +32,10 @@ type ReplicaConfig struct {
 	// Partitions are the partitions of canon.versions to follow; nil
 	// means all of them.
 	Partitions []int32
+	// Rejections also follows canon.rejected (Topics.Rejected) and records
+	// the rejections of the replica's partitions in the store, so that
+	// the mutation status says why one was rejected (store.Rejection).
+	Rejections bool
 	// Limits bound decoded records; zero fields take schemas.DefaultLimits.
 	Limits schemas.Limits
 	Log    *slog.Logger
@@ -143,10 +149,24 @@ func (r *Replica) follow(ctx context.Context) error {
 			start[p] = o
 		}
 	}
-	tail, err := changelog.New(changelog.Config{
+	tcfg := changelog.Config{
 		Kafka: r.cfg.Kafka, Topics: r.cfg.Topics, Partitions: r.cfg.Partitions,
 		PartitionCount: st.Partitions(), Start: start, FromStart: true, Limits: r.cfg.Limits, Log: r.cfg.Log,
-	})
+	}
+	rejected := map[int32]int64{} // the recorded offset per partition of canon.rejected
+	if r.cfg.Rejections {
+		var err error
+		if tcfg.RejectedPartitions, err = r.rejectedPartitions(ctx); err != nil {
+			return err
+		}
+		for rp := range tcfg.RejectedPartitions {
+			if rejected[rp], _, err = st.RejectedOffset(rp); err != nil {
+				return err
+			}
+		}
+		tcfg.Rejected, tcfg.RejectedStart = true, maps.Clone(rejected)
+	}
+	tail, err := changelog.New(tcfg)
 	if err != nil {
 		return err
 	}
@@ -168,7 +188,15 @@ func (r *Replica) follow(ctx context.Context) error {
 			return err
 		}
 		recs, offsets := map[int32][]store.Record{}, map[int32][]int64{}
+		rejs := map[int32][]*schemas.Rejected{}
 		for _, ev := range evs {
+			if ev.Topic == r.cfg.Topics.Rejected && r.cfg.Rejections {
+				// Records that do not decode name no mutation to ask for.
+				if m := ev.Rejected; m != nil && m.Mutation != nil && slices.Contains(r.cfg.Partitions, st.PartitionOf(m.Mutation.Org, m.Mutation.Project)) {
+					rejs[ev.Partition] = append(rejs[ev.Partition], ev.Rejected)
+				}
+				continue
+			}
 			if ev.Topic != topic {
 				continue
 			}
@@ -209,7 +237,35 @@ func (r *Replica) follow(ctx context.Context) error {
 			applied[p] = next
 			r.reached(p, next)
 		}
+		for rp, at := range rejected {
+			if next, ok := tail.Next(r.cfg.Topics.Rejected, rp); ok && next > at {
+				if err := st.RecordRejections(rejs[rp], rp, next); err != nil {
+					return err
+				}
+				rejected[rp] = next
+			}
+		}
 	}
+}
+
+// rejectedPartitions reads the partition count of canon.rejected.
+func (r *Replica) rejectedPartitions(ctx context.Context) (int32, error) {
+	opts, err := r.cfg.Kafka.Aux("counts").Opts()
+	if err != nil {
+		return 0, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	counts, err := kafka.ReadPartitionCounts(ctx, cl, r.cfg.Topics)
+	if err != nil {
+		return 0, fmt.Errorf("read the partition count of %s: %w", r.cfg.Topics.Rejected, err)
+	}
+	return counts.Rejected, nil
 }
 
 // skipForeign reports a changelog record that no sequencer wrote.

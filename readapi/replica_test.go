@@ -238,3 +238,57 @@ func TestReplicaMatchesSequencer(t *testing.T) {
 		}
 	}
 }
+
+// On the real broker: a mutation the sequencer rejected is reported
+// rejected, with its reason, by the sequencer's store and by a read
+// replica's, which learns it from canon.rejected; before, both said
+// pending forever.
+func TestRejectedMutationStatus(t *testing.T) {
+	pl := startPipeline(t, 2)
+	tok := pl.token("user:w", []string{"*"}, auth.ScopeWrite)
+	rst, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: 2, CacheSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rst.Close()
+	kcfg := pl.kcfg
+	kcfg.ClientID = "replica-rejections"
+	rep, err := NewReplica(ReplicaConfig{Kafka: kcfg, Topics: pl.names, Store: rst, Rejections: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rep.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("replica: %v", err)
+		}
+	}()
+
+	pl.push(tok, "gaps", "main", "g1", 3, `item.put {"collection":"t","id":"a","data":1}`) // a gap: 1 is expected
+	for name, st := range map[string]*store.Store{"sequencer": pl.st, "replica": rst} {
+		waitFor(t, "the rejection in the "+name+"'s store", time.Minute, func() (bool, string) {
+			rej, ok, err := st.Rejection("acme", "gaps", "main", "g1", 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok, fmt.Sprintf("%+v", rej)
+		})
+		srv, err := New(Config{Store: st, Keys: pl.keys.VerifyOnly()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		srv.Mount(mux)
+		hs := httptest.NewServer(mux)
+		var m MutationResponse
+		r := newAPIClient(t, hs.URL).get("/v1/projects/acme/gaps/clients/g1/mutations/3", tok)
+		hs.Close()
+		r.json(t, &m)
+		if r.status != 200 || m.Status != StatusRejected || m.Reason != schemas.ReasonGap || m.ExpectedID != 1 {
+			t.Fatalf("status from the %s: %d %s; want rejected, gap, expected 1", name, r.status, r.body)
+		}
+	}
+}

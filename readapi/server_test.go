@@ -12,6 +12,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
 )
 
 // fill makes a history on project "doc" of acme: two clients, puts,
@@ -157,6 +158,31 @@ func TestReads(t *testing.T) {
 		r.json(t, &m)
 		if r.status != 200 || m.Status != c.status || m.Applied != c.applied || m.Version != c.version || !strings.Contains(m.Error, c.errText) {
 			t.Fatalf("%s: %d %s", c.path, r.status, r.body)
+		}
+	}
+
+	// Mutations the sequencer rejected say why, also on a branch that
+	// their rejection kept from being created.
+	if err := e.st.RecordRejections([]*schemas.Rejected{
+		{Reason: schemas.ReasonGap, Message: "expected id 5", ExpectedID: 5,
+			Mutation: &schemas.Mutation{Org: "acme", Project: "doc", Client: "c1", ID: 7}},
+		{Reason: schemas.ReasonUnauthorized, Message: "the client group belongs to user:ann",
+			Mutation: &schemas.Mutation{Org: "acme", Project: "doc", Branch: "taken", Client: "m1", ID: 1}},
+	}, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path, reason string
+		expected     uint64
+	}{
+		{"c1/mutations/7", schemas.ReasonGap, 5},
+		{"m1/mutations/1?branch=taken", schemas.ReasonUnauthorized, 0},
+	} {
+		var m MutationResponse
+		r := api.get("/v1/projects/acme/doc/clients/"+c.path, tok)
+		r.json(t, &m)
+		if r.status != 200 || m.Status != StatusRejected || m.Applied || m.Reason != c.reason || m.ExpectedID != c.expected || m.Message == "" {
+			t.Fatalf("%s: %d %s; want rejected (%s)", c.path, r.status, r.body, c.reason)
 		}
 	}
 }

@@ -356,6 +356,8 @@ type batch struct {
 	produceErr error
 	pending    []pendingRec
 	versions   int
+	// rejected are the batch's rejections, for the store once committed.
+	rejected []*schemas.Rejected
 }
 
 type pendingRec struct {
@@ -461,6 +463,14 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 				s.markRestoreLocked(p)
 			}
 			s.mu.Unlock()
+		}
+	}
+	// The read API tells a client why its mutation was rejected, rather
+	// than "pending" forever. Not part of the changelog: a failure here
+	// loses only that answer.
+	if len(b.rejected) > 0 {
+		if err := s.cfg.Store.RecordRejections(b.rejected, 0, -1); err != nil {
+			s.log.Error("record committed rejections in the store", "err", err)
 		}
 	}
 	s.decider.Reset()
@@ -585,6 +595,7 @@ func (s *Sequencer) reject(ctx context.Context, sess *kgo.GroupTransactSession, 
 	kr := &kgo.Record{Topic: s.cfg.Topics.Rejected, Partition: r.Partition % s.rejectedPartitions, Key: r.Key, Value: value,
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaRejectedV1)}}}
 	sess.Produce(ctx, kr, b.promise)
+	b.rejected = append(b.rejected, rej)
 }
 
 func header(r *kgo.Record, key string) string {

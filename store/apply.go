@@ -120,6 +120,7 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 		return fmt.Errorf("commit %d records and offset %d of partition %d: %w", len(recs), nextOffset, partition, err)
 	}
 	ps.committed(a, offset)
+	s.setApplied(partition, offset)
 	return nil
 }
 

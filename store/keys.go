@@ -36,6 +36,7 @@ const (
 	kindGroup    byte = 0x0A // org, project, group → principal (groups.go)
 	// kindGroupClient: org, project, group, client → empty (groups.go)
 	kindGroupClient byte = 0x0B
+	kindRejection   byte = 0x0C // org, project, branch, client, id → reason (rejections.go)
 )
 
 // globalPartition is the "partition" of the store-wide meta keys. Kafka
@@ -47,6 +48,7 @@ const (
 	metaOffset     = "offset"     // per partition: next changelog offset to read
 	metaSource     = "source"     // per partition: highest source offset (canon.mutations) of the applied versions
 	metaPartitions = "partitions" // global: partition count the store was built with
+	metaRejected   = "rejected"   // global, one per partition of canon.rejected: next offset recorded (rejections.go)
 )
 
 const (

@@ -104,6 +104,9 @@ type Store struct {
 	cfg   Config
 	log   *slog.Logger
 	parts []partitionState // per partition: its writers' lock and what Apply remembers
+	// applied is, per partition, the offset the store holds the
+	// changelog up to, for readers that wait for it (Applied, WaitApplied).
+	applied []applied
 }
 
 var _ model.Reader = (*Store)(nil)
@@ -139,7 +142,10 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.Dir, err)
 	}
-	s := &Store{db: db, cfg: cfg, log: log, parts: make([]partitionState, cfg.Partitions)}
+	s := &Store{db: db, cfg: cfg, log: log, parts: make([]partitionState, cfg.Partitions), applied: make([]applied, cfg.Partitions)}
+	for p := range s.applied {
+		s.applied[p].next.Store(-1)
+	}
 	if err := s.checkPartitionCount(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -215,6 +221,7 @@ func (s *Store) DropPartition(p int32) error {
 	if err := s.db.DeleteRange(start, prefixEnd(start), pebble.Sync); err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)
 	}
+	s.setApplied(p, 0)
 	s.log.Info("store: dropped partition", "partition", p)
 	return nil
 }

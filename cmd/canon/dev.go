@@ -152,7 +152,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	n.keys = keys
+	n.keys, n.keysPath = keys, keysPath
 	devClaims := auth.Claims{Org: "dev", Projects: []string{"*"}, Scopes: []string{auth.ScopeAdmin}}
 	devClaims.Subject = "dev"
 	devToken, err := keys.Issue(devClaims, 30*24*time.Hour, time.Now())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +10,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,6 +75,11 @@ type node struct {
 	dataDir string
 	// keys verify access tokens; nil when none were given.
 	keys *auth.Keyset
+	// keysPath is the file keys came from, read again every keysReload
+	// and on SIGHUP into verify, the keyset every role verifies with.
+	keysPath   string
+	keysReload time.Duration
+	verify     *auth.Keyset
 	// topicPrefix is --topic-prefix: it also prefixes the consumer groups,
 	// so that deployments sharing a cluster never share a group.
 	topicPrefix string
@@ -93,6 +101,76 @@ type node struct {
 	store *store.Store
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
+	// reads tells which partitions the node's read API serves from store;
+	// nil when the node does not run the readapi role. Set up before the
+	// node runs.
+	reads func(p int32) bool
+}
+
+// readable returns once the node's read API can serve partition p of
+// canon.versions below offset next, or with ctx's error: the producer's
+// ?wait=applied answers then, so that a read on this node right after
+// sees the write. A partition the node serves no reads of (no readapi
+// role, another sequencer instance owns it, a replica of other
+// partitions) is answered 421 here, never stale: nothing to wait for.
+func (n *node) readable(ctx context.Context, p int32, next int64) error {
+	if n.reads == nil || !n.reads(p) {
+		return nil
+	}
+	return n.store.WaitApplied(ctx, p, next)
+}
+
+// DefaultKeysReload is how often a node reads its keyset file again: a
+// key removed from it (canon token rmkey) stops verifying within this
+// time, or at once on SIGHUP.
+const DefaultKeysReload = 2 * time.Second
+
+// verifyKeys is the verify-only keyset the roles share, replaced when the
+// keyset file changes (watchKeys).
+func (n *node) verifyKeys() *auth.Keyset {
+	if n.verify == nil {
+		n.verify = n.keys.VerifyOnly()
+	}
+	return n.verify
+}
+
+// watchKeys reads the keyset file every keysReload and on SIGHUP, and
+// makes the roles verify with it when it changed: a running server
+// revokes the tokens of a removed key without a restart. A file that does
+// not load is reported and the keys in use are kept.
+func (n *node) watchKeys(ctx context.Context) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	interval := n.keysReload
+	if interval <= 0 {
+		interval = DefaultKeysReload
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last, _ := os.ReadFile(n.keysPath)
+	for {
+		forced := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			forced = true
+		case <-t.C:
+		}
+		raw, err := os.ReadFile(n.keysPath)
+		if err == nil && !forced && bytes.Equal(raw, last) {
+			continue
+		}
+		k, err := auth.LoadKeyset(n.keysPath)
+		if err != nil {
+			n.log.Error("reload the keyset; the keys in use stay", "file", n.keysPath, "err", err)
+			continue
+		}
+		last = raw
+		n.verify.Replace(k.VerifyOnly())
+		n.log.Info("keyset reloaded", "file", n.keysPath, "keys", k.IDs(), "sighup", forced)
+	}
 }
 
 // runs reports whether the node runs the named role.
@@ -207,6 +285,9 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 	g.Go(func() error { return ops.Serve(gctx, n.httpLn, n.mux, n.log, 10*time.Second) })
 	for _, c := range components {
 		g.Go(func() error { return c(gctx) })
+	}
+	if n.keysPath != "" && n.verify != nil {
+		g.Go(func() error { return n.watchKeys(gctx) })
 	}
 	err = g.Wait()
 	n.closeStore()

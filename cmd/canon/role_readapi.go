@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"golang.org/x/sync/errgroup"
 
@@ -48,7 +49,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		kcfg := n.kcfg
 		kcfg.ClientID = "canon-readapi-replica"
 		rep, err := readapi.NewReplica(readapi.ReplicaConfig{
-			Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Log: n.log,
+			Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Rejections: true, Log: n.log,
 		})
 		if err != nil {
 			return nil, err
@@ -56,9 +57,13 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		n.ready.Add("readapi-replica", rep.Ready)
 		run = rep.Run
 	}
+	n.reads = serves
+	if serves == nil {
+		n.reads = func(p int32) bool { return partitions == nil || slices.Contains(partitions, p) }
+	}
 	srv, err := readapi.New(readapi.Config{
 		Store:      st,
-		Keys:       n.keys.VerifyOnly(),
+		Keys:       n.verifyKeys(),
 		Partitions: partitions,
 		Serves:     serves,
 		Log:        n.log,
@@ -82,7 +87,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	if pusher == nil {
 		kcfg := n.kcfg
 		kcfg.ClientID = "canon-live-producer"
-		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.keys.VerifyOnly(), Log: n.log,
+		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.verifyKeys(), Log: n.log,
 			Registerer: n.registry, Partitions: n.topics.Partitions, SequencerGroup: n.topicPrefix + sequencer.DefaultGroup}); err != nil {
 			return nil, err
 		}
@@ -90,7 +95,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-live"
 	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
-		Partitions: partitions, Serves: serves, Keys: n.keys.VerifyOnly(), Pusher: pusher, Log: n.log, Registerer: n.registry})
+		Partitions: partitions, Serves: serves, Keys: n.verifyKeys(), Pusher: pusher, Log: n.log, Registerer: n.registry})
 	if err != nil {
 		return nil, err
 	}

@@ -22,13 +22,15 @@ func setupProducer(n *node) (func(context.Context) error, error) {
 	p, err := producer.New(producer.Config{
 		Kafka:      kcfg,
 		Topics:     n.topics.Names,
-		Keys:       n.keys.VerifyOnly(),
+		Keys:       n.verifyKeys(),
 		Log:        n.log,
 		Registerer: n.registry,
 		// Follow the changelog: ?wait=applied and the 409 for a client
 		// group owned by another principal.
 		Partitions:     n.topics.Partitions,
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
+		// ?wait=applied: readable on this node's read API, if it has one.
+		Readable: n.readable,
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +62,9 @@ type serveFlags struct {
 	pprof bool
 	data  string
 	keys  string
-	roles []string
+	// keysReload is how often --keys is read again (hidden: tests).
+	keysReload time.Duration
+	roles      []string
 	// partitions is --partitions: the partitions the read roles serve.
 	partitions string
 	seq        sequencerTuning
@@ -92,7 +95,10 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
-	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer role)")
+	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer and readapi roles); "+
+		"read again every 2s and on SIGHUP: a key removed from it (canon token rmkey) is refused within 2s")
+	cmd.Flags().DurationVar(&f.keysReload, "keys-reload-interval", DefaultKeysReload, "how often --keys is read again")
+	_ = cmd.Flags().MarkHidden("keys-reload-interval")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
 	cmd.Flags().StringVar(&f.partitions, "partitions", "", "partitions a read replica (role readapi without sequencer) materializes and serves, e.g. 0-5,8 (default: all)")
 	// Hidden: failure tests shorten them so that a stopped or killed
@@ -135,6 +141,7 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {
 			return err
 		}
+		n.keysPath, n.keysReload = f.keys, f.keysReload
 	}
 	n.seq = f.seq
 	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {

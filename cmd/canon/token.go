@@ -67,7 +67,13 @@ func newTokenRmkeyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rmkey --keys FILE --kid ID",
 		Short: "Remove a key: tokens it signed stop being accepted",
-		Args:  cobra.NoArgs,
+		Long: `Remove a key from a keyset file: tokens it signed stop being accepted.
+
+Running servers read their --keys file again every 2 seconds, and at once on
+SIGHUP: within that time they refuse the key's tokens, also ones they had
+verified before. Servers that verify with a public copy of the keyset need
+that copy written again ('canon token public').`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := auth.LoadKeyset(keys)
 			if err != nil {

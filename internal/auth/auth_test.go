@@ -214,3 +214,32 @@ func TestVerifyRemembers(t *testing.T) {
 		}
 	}
 }
+
+// A server's keyset replaced by the file read again forgets the tokens it
+// verified with a key the file no longer has, and keeps verifying the rest.
+func TestReplaceForgetsRemovedKeys(t *testing.T) {
+	ab := newKeyset(t, "a", "b")
+	onlyA := &Keyset{keys: append([]Key(nil), ab.keys[0])}
+	tokA, _ := onlyA.Issue(claims(), time.Hour, now)
+	tokB, _ := ab.Issue(claims(), time.Hour, now)
+	served := ab.VerifyOnly()
+	for _, tok := range []string{tokA, tokB, tokB} { // the second time from memory
+		if _, err := served.Verify(tok, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	served.Replace(onlyA)
+	if _, err := served.Verify(tokB, now); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a token of the removed key still verifies: %v", err)
+	}
+	if _, err := served.Verify(tokA, now); err != nil {
+		t.Fatalf("a token of the kept key: %v", err)
+	}
+	served.Replace(ab.VerifyOnly())
+	if _, err := served.Verify(tokB, now); err != nil {
+		t.Fatalf("a token of a key added back: %v", err)
+	}
+	if _, err := served.Issue(claims(), time.Hour, now); err == nil {
+		t.Fatal("a keyset replaced by a verify-only one signed a token")
+	}
+}

@@ -84,6 +84,20 @@ func (k *Keyset) Remove(kid string) error {
 	return fmt.Errorf("no key %q in the keyset", kid)
 }
 
+// Replace makes k verify with the keys of from (a keyset file read
+// again) and forgets the tokens it verified so far, so that the tokens
+// of a key that from lacks stop verifying at once, also those
+// remembered. Pass from.VerifyOnly() to keep private keys out of k.
+func (k *Keyset) Replace(from *Keyset) {
+	from.mu.RLock()
+	keys := append([]Key(nil), from.keys...)
+	from.mu.RUnlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.keys = keys
+	k.verified, k.removals = nil, k.removals+1
+}
+
 // IDs lists the key ids, oldest first.
 func (k *Keyset) IDs() []string {
 	k.mu.RLock()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -41,6 +42,10 @@ type conn struct {
 	readDone chan struct{} // closed when the reader ends
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// expired is closed when the reader finds the token expired (a push
+	// after the expiry), for the writer to close the socket.
+	expired    chan struct{}
+	expireOnce sync.Once
 }
 
 // closeReason is why the server ends a subscription: a close code and the
@@ -92,7 +97,29 @@ func (c *conn) start() {
 	c.replies = make(chan []byte, 16)
 	c.quit = make(chan struct{})
 	c.readDone = make(chan struct{})
+	c.expired = make(chan struct{})
 	go c.readLoop()
+}
+
+// tokenExpired reports whether the subscription's token has expired:
+// checked on every push and every catch-up page, not only by the timer
+// of the live loop, so that an expired token neither writes nor reads.
+func (c *conn) tokenExpired() bool {
+	select {
+	case <-c.expired:
+		return true
+	default:
+	}
+	exp := c.claims.ExpiresAt
+	if exp == nil || c.s.cfg.Now().Before(exp.Time) {
+		return false
+	}
+	c.expireOnce.Do(func() { close(c.expired) })
+	return true
+}
+
+func expiredReason() *closeReason {
+	return closeWith(CloseUnauthenticated, CodeTokenExpired, "the token expired", "reconnect with a new token and resume")
 }
 
 // accept checks the subscription and the token.
@@ -247,7 +274,9 @@ func (c *conn) live() *closeReason {
 				return nil
 			}
 		case <-expiry:
-			return closeWith(CloseUnauthenticated, CodeTokenExpired, "the token expired", "reconnect with a new token and resume")
+			return expiredReason()
+		case <-c.expired:
+			return expiredReason()
 		case <-c.readDone:
 			return nil
 		case <-c.s.done:
@@ -266,6 +295,22 @@ func (c *conn) drain() (*closeReason, error) {
 	if overflow {
 		return closeWith(CloseSlow, CodeSlow, fmt.Sprintf("the client reads too slowly: more than %d messages waited for it", c.s.cfg.QueueSize),
 			fmt.Sprintf("reconnect with from=%d (the last version received)", c.lastSent)), nil
+	}
+	// The hub hands out versions as the changelog tail reads them, and
+	// the store of this node applies them just after Kafka committed
+	// them: a client that reads this node when a version arrives (a
+	// Replicache pull on a poke) must find it, so none is sent before
+	// the store holds it.
+	need := int64(-1)
+	for _, e := range entries {
+		if e.version > c.lastSent {
+			need = max(need, e.offset+1)
+		}
+	}
+	if need > 0 {
+		if err := c.waitStore(need); err != nil {
+			return c.storeFailure(err), err
+		}
 	}
 	c.batch = c.batch[:0]
 	versions := 0
@@ -325,6 +370,9 @@ func (c *conn) flush(versions int) error {
 // broke.
 func (c *conn) readStore(upTo uint64) *closeReason {
 	for upTo == 0 || c.lastSent < upTo {
+		if c.tokenExpired() {
+			return expiredReason()
+		}
 		limit := c.s.cfg.CatchUpPage
 		if upTo > 0 {
 			limit = int(min(uint64(limit), upTo-c.lastSent))
@@ -390,29 +438,44 @@ func (c *conn) moved() *closeReason {
 // waitStore waits until the store holds the partition's changelog up to
 // (not including) offset need.
 func (c *conn) waitStore(need int64) error {
+	st := c.s.cfg.Store
+	off, err := st.Applied(c.partition)
+	if err != nil || need <= 0 || off >= need {
+		return err
+	}
 	deadline := time.Now().Add(c.s.cfg.StoreLagTimeout)
-	delay := 500 * time.Microsecond
 	for {
-		off, ok, err := c.s.cfg.Store.Offset(c.partition)
-		if err != nil {
-			return err
-		}
-		if need <= 0 || ok && off >= need {
-			return nil
-		}
 		if !c.served() {
 			return errNotServed
 		}
-		if time.Now().After(deadline) {
+		wait := time.Until(deadline)
+		if wait <= 0 {
 			return fmt.Errorf("%w: the store is at offset %d of partition %d, the changelog at %d, after %v",
 				errStoreBehind, off, c.partition, need, c.s.cfg.StoreLagTimeout)
 		}
-		if err := c.pause(delay); err != nil {
+		// In slices, to notice a partition that moved away or a client
+		// that left.
+		ctx, cancel := context.WithTimeout(c.ctx, min(wait, storeCheckInterval))
+		err := st.WaitApplied(ctx, c.partition, need)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if c.gone() {
+			return errGone
+		}
+		if ctx.Err() == nil {
 			return err
 		}
-		delay = min(2*delay, 20*time.Millisecond)
+		if off, err = st.Applied(c.partition); err != nil {
+			return err
+		}
 	}
 }
+
+// storeCheckInterval is how often a wait for the store checks that the
+// partition is still served and the client still there.
+const storeCheckInterval = 50 * time.Millisecond
 
 var (
 	errStoreBehind = errors.New("store behind the changelog")
@@ -588,6 +651,10 @@ func (c *conn) push(requestID string, b []byte) []byte {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&msg); err != nil {
 		return c.pushError(requestID, &producer.Error{Code: producer.CodeInvalid, Message: "the push message does not decode: " + err.Error()})
+	}
+	if c.tokenExpired() {
+		return c.pushError(requestID, &producer.Error{Code: CodeTokenExpired, Message: "the token expired: the push was not taken",
+			Hint: "reconnect with a new token, resume, and push again"})
 	}
 	if c.s.cfg.Pusher == nil {
 		return c.pushError(requestID, &producer.Error{Code: CodePushDisabled, Message: "this server does not take pushes on the websocket",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -31,6 +32,7 @@ func TestLive(t *testing.T) {
 	t.Run("push on the socket", func(t *testing.T) { testPush(t, e) })
 	t.Run("oversized message", func(t *testing.T) { testOversized(t, e) })
 	t.Run("partition not served", func(t *testing.T) { testNotServed(t, e) })
+	t.Run("token expiry", func(t *testing.T) { testExpiry(t, e) })
 }
 
 // Many clients push to several projects while subscribers of every kind
@@ -535,5 +537,78 @@ func testNotServed(t *testing.T, e *env) {
 	code, got = c.closeCode()
 	if code != CloseNotServed || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeNotServed {
 		t.Fatalf("moved away: close %d after %v", code, got)
+	}
+}
+
+// An expired token neither pushes nor reads: a push after the expiry is
+// refused with token_expired and the socket closed with 4001, and a
+// catch-up stops at the expiry, instead of running to its end before the
+// expiry timer of the live loop starts.
+func testExpiry(t *testing.T, e *env) {
+	const versions = 300
+	ids := make([]uint64, versions)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	if err := e.push("acme", "expiry", "x", ids...); err != nil {
+		t.Fatal(err)
+	}
+	e.waitHead("acme", "expiry", "main", versions)
+	var late atomic.Bool // the server's clock is past every token's expiry
+	_, srv := e.startLive(e.st, func(c *Config) {
+		c.Now = func() time.Time {
+			if late.Load() {
+				return time.Now().Add(24 * time.Hour)
+			}
+			return time.Now()
+		}
+		c.CatchUpPage = 1
+		c.SendBufferBytes = 4 << 10
+	})
+	tok := e.token("acme", []string{"expiry"}, time.Hour, auth.ScopeWrite)
+
+	cl, err := dial(t, srv, "acme", "expiry", "token="+tok, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	cl.expect(TypeHello)
+	late.Store(true)
+	if err := cl.ws.WriteJSON(PushMessage{Type: TypePush, RequestID: "r1", ClientGroup: "g-y", Mutations: []producer.PushMutation{
+		{Client: "y", ID: 1, Name: "item.put", Args: json.RawMessage(`{"collection":"c","id":"y","data":1}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, got := cl.closeCode()
+	for _, m := range got {
+		if m.Type == TypePushed {
+			t.Fatalf("a push after the token's expiry was taken: %s", m.raw)
+		}
+	}
+	if code != CloseUnauthenticated || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeTokenExpired {
+		t.Fatalf("push after the expiry: close %d after %v, want 4001 after token_expired", code, got)
+	}
+
+	// A catch-up of 300 versions to a client that reads nothing yet: the
+	// server blocks on the socket after a few, the token expires, and
+	// the rest is not sent.
+	late.Store(false)
+	cc, err := dial(t, srv, "acme", "expiry", "from=0&token="+tok, nil, smallReadBuffer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.close()
+	// It cannot send them all before this client reads past the hello:
+	// the socket's buffers hold a few dozen.
+	cc.expect(TypeHello)
+	late.Store(true)
+	code, got = cc.closeCode()
+	n := 0
+	for _, m := range got {
+		if m.Type == TypeVersion {
+			n++
+		}
+	}
+	if code != CloseUnauthenticated || n >= versions || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeTokenExpired {
+		t.Fatalf("catch-up past the expiry: close %d after %d of %d versions, want 4001 token_expired before the end", code, n, versions)
 	}
 }
