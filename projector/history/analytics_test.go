@@ -1,15 +1,19 @@
 package history
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -225,6 +229,14 @@ func TestAnalyticsQueries(t *testing.T) {
 	if len(queries) < 8 {
 		t.Fatalf("docs/analytics.md has %d example queries, want at least 8", len(queries))
 	}
+	// The same rows on a current ClickHouse, through the same migrations:
+	// every query must answer the same there.
+	cur := testenv.NewCurrentClickHouse(t)
+	if _, err := MigrateSession(ctx, cur, f.db); err != nil {
+		t.Fatalf("migrate ClickHouse %s: %v", cur.Version, err)
+	}
+	copyRows(t, ctx, f, cur)
+	readme := readmeQueries(t, f.db)
 	check := func(round string) {
 		t.Helper()
 		for name, q := range queries {
@@ -236,6 +248,24 @@ func TestAnalyticsQueries(t *testing.T) {
 			got := queryStrings(t, ctx, f, sqlFor(f.db, q))
 			if !slices.EqualFunc(got, w, slices.Equal) {
 				t.Errorf("%s: query %s answered\n%v\nwant\n%v", round, name, got, w)
+			}
+			gotCur, err := cur.Query(ctx, sqlFor(f.db, q))
+			if err != nil {
+				t.Errorf("%s: query %s on ClickHouse %s: %v", round, name, cur.Version, err)
+			} else if !slices.EqualFunc(gotCur, w, slices.Equal) {
+				t.Errorf("%s: query %s answered on ClickHouse %s\n%v\nwant\n%v", round, name, cur.Version, gotCur, w)
+			}
+		}
+		for i, q := range readme {
+			old := queryStrings(t, ctx, f, q)
+			got, err := cur.Query(ctx, q)
+			switch {
+			case err != nil:
+				t.Errorf("%s: README query %d on ClickHouse %s: %v", round, i+1, cur.Version, err)
+			case len(old) == 0:
+				t.Errorf("%s: README query %d answered nothing: %s", round, i+1, q)
+			case !slices.EqualFunc(got, old, slices.Equal):
+				t.Errorf("%s: README query %d answered on 18.16\n%v\nand on %s\n%v", round, i+1, old, cur.Version, got)
 			}
 		}
 		for name := range want {
@@ -261,7 +291,31 @@ func TestAnalyticsQueries(t *testing.T) {
 	if after := rowCount(t, ctx, f, "mutations"); after < before+uint64(len(ms)) && !mergedAway(t, ctx, f) {
 		t.Fatalf("mutations holds %d rows before the backfill and %d after: the backfill inserted nothing", before, after)
 	}
+	copyRows(t, ctx, f, cur)
 	check("after a backfill inserted every row again")
+}
+
+// readmeQueries reads the SQL of the README's analysts section, made to
+// ask about the scenario's project and the test's database.
+func readmeQueries(t *testing.T, db string) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)### Query the history.*?```sql\n(.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README.md has no SQL block under \"Query the history\"")
+	}
+	var out []string
+	for q := range strings.SplitSeq(string(m[1]), ";") {
+		if strings.TrimSpace(q) == "" {
+			continue
+		}
+		out = append(out, strings.NewReplacer("canon.", db+".", "FROM canon\n", "FROM "+db+"\n", "'dev'", "'acme'", "'demo'", "'roadmap'",
+			"'notes'", "'tasks'", "'n1'", "'t1'").Replace(q+"\n"))
+	}
+	return out
 }
 
 // rowCount counts a table's rows without FINAL: duplicates included
@@ -285,4 +339,50 @@ func mergedAway(t testing.TB, ctx context.Context, f *fixture) bool {
 		t.Fatal(err)
 	}
 	return parts <= 1
+}
+
+// copyRows sends every row of the history tables (duplicates included)
+// from the 18.16 server to the current ClickHouse, as JSONEachRow. The
+// views there derive their rows from these inserts.
+func copyRows(t *testing.T, ctx context.Context, f *fixture, cur *testenv.CurrentClickHouse) {
+	t.Helper()
+	conn := f.ch.Conn(t, f.db)
+	for _, tb := range []string{versionsTable.name, mutationsTable.name, itemsTable.name, scalarsTable.name} {
+		rs, err := conn.Query(ctx, "SELECT * FROM "+f.db+"."+tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cts := rs.ColumnTypes()
+		var buf bytes.Buffer
+		for rs.Next() {
+			vals := make([]any, len(cts))
+			for i, ct := range cts {
+				vals[i] = newScanValue(ct.ScanType())
+			}
+			if err := rs.Scan(vals...); err != nil {
+				t.Fatal(err)
+			}
+			row := map[string]any{}
+			for i, v := range vals {
+				v = reflect.ValueOf(v).Elem().Interface()
+				if ts, ok := v.(time.Time); ok {
+					v = ts.UTC().Format("2006-01-02 15:04:05.000")
+				}
+				row[cts[i].Name()] = v
+			}
+			b, err := json.Marshal(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rs.Close()
+		if err := cur.Insert(ctx, f.db+"."+tb, buf.Bytes()); err != nil {
+			t.Fatalf("copy %s to ClickHouse %s: %v", tb, cur.Version, err)
+		}
+	}
 }

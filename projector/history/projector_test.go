@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -132,8 +133,49 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("tables = %v, want %v", got, want)
 	}
-	if n := rowCount(t, ctx, f, "schema_migrations"); n != 1 {
-		t.Fatalf("schema_migrations holds %d rows, want 1", n)
+	ms, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rowCount(t, ctx, f, "schema_migrations"); n != uint64(len(ms)) {
+		t.Fatalf("schema_migrations holds %d rows, want %d", n, len(ms))
+	}
+	// Every statement again, as after a migration interrupted before it
+	// was recorded.
+	if err := conn.Exec(ctx, "TRUNCATE TABLE "+f.db+".schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Migrate(ctx, conn, f.db); err != nil {
+		t.Fatalf("every migration applied a second time: %v", err)
+	}
+	columns := "SELECT table, name, type FROM system.columns WHERE database = '" + f.db + "' ORDER BY table, name"
+	oldColumns := queryStrings(t, ctx, f, columns)
+
+	// The same on a current ClickHouse: the same tables and columns.
+	cur := testenv.NewCurrentClickHouse(t)
+	for round, wantApplied := range []bool{true, false} {
+		res, err := MigrateSession(ctx, cur, f.db)
+		if err != nil {
+			t.Fatalf("ClickHouse %s, round %d: %v", cur.Version, round, err)
+		}
+		for _, r := range res {
+			if r.Applied != wantApplied {
+				t.Fatalf("ClickHouse %s, round %d: migration %04d applied = %v, want %v", cur.Version, round, r.Version, r.Applied, wantApplied)
+			}
+		}
+	}
+	if err := cur.Exec(ctx, "TRUNCATE TABLE "+f.db+".schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MigrateSession(ctx, cur, f.db); err != nil {
+		t.Fatalf("ClickHouse %s: every migration applied a second time: %v", cur.Version, err)
+	}
+	newColumns, err := cur.Query(ctx, columns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(oldColumns, newColumns, slices.Equal) {
+		t.Fatalf("the migrations made other columns on ClickHouse 18.16 and %s:\n%v\n%v", cur.Version, oldColumns, newColumns)
 	}
 	// A recorded migration whose content changed is refused.
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+f.db+".schema_migrations (version, name, checksum, applied_at)")
