@@ -425,6 +425,8 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 		Principal:   m.Principal,
 		ReceivedAt:  m.ReceivedAt,
 		Offset:      rec.Offset,
+		Job:         m.Job,
+		Origin:      m.Origin,
 	}
 	dec := Decision{Kind: Applied}
 	items := []schemas.ItemChange{}
@@ -615,6 +617,8 @@ func (d *Decider) branchCreate(rec MutationRecord, bs *branchState, branch strin
 			Principal:   m.Principal,
 			ReceivedAt:  m.ReceivedAt,
 			Offset:      rec.Offset,
+			Job:         m.Job,
+			Origin:      m.Origin,
 		}},
 		LastIDs:   map[string]uint64{m.Client: m.ID},
 		StateHash: snap.stateHash,
