@@ -94,7 +94,7 @@ func BenchmarkProjector(b *testing.B) {
 			b.Fatal(err)
 		}
 		cur, curJSON, _ := compactScalars(v.Scalars)
-		batch.addVersion(v, r.Partition, r.Offset, cur, curJSON, prev[v.Project], nil)
+		batch.addVersion(v, r.Partition, r.Offset, r.Timestamp.UnixMilli(), cur, curJSON, prev[v.Project], nil, nil)
 		prev[v.Project] = cur
 	}
 	total := batch.len()

@@ -106,6 +106,10 @@ type MigrationResult struct {
 	// Applied is true when this run applied it, false when it was
 	// recorded already.
 	Applied bool
+	// Kept lists the key columns whose type change this server refused
+	// (ClickHouse 18.16 alters no column of a sorting or partition key):
+	// they keep their type.
+	Kept []string
 }
 
 // migrationsTable records the applied migrations.
@@ -192,6 +196,10 @@ func (t sessionTarget) record(ctx context.Context, db string, m Migration) error
 // a column the table has already is not added again.
 var addColumn = regexp.MustCompile(`^ALTER TABLE \{db\}\.([a-z_0-9]+) ADD COLUMN ([a-z_0-9]+) `)
 
+// modifyColumn matches a type change; one of a key column is refused by
+// ClickHouse 18.16 with "trying to ALTER key column" (Code 44) and kept.
+var modifyColumn = regexp.MustCompile(`^ALTER TABLE \{db\}\.([a-z_0-9]+) MODIFY COLUMN ([a-z_0-9]+) `)
+
 func migrate(ctx context.Context, t migrationTarget, db string) ([]MigrationResult, error) {
 	if err := ValidateDatabase(db); err != nil {
 		return nil, err
@@ -226,6 +234,7 @@ func migrate(ctx context.Context, t migrationTarget, db string) ([]MigrationResu
 			out = append(out, MigrationResult{Migration: m})
 			continue
 		}
+		var kept []string
 		for i, st := range m.Statements {
 			if a := addColumn.FindStringSubmatch(st); a != nil {
 				has, err := t.strings(ctx, "SELECT name, type FROM system.columns WHERE database = '"+db+
@@ -238,13 +247,17 @@ func migrate(ctx context.Context, t migrationTarget, db string) ([]MigrationResu
 				}
 			}
 			if err := t.exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+				if mc := modifyColumn.FindStringSubmatch(st); mc != nil && strings.Contains(err.Error(), "ALTER key column") {
+					kept = append(kept, mc[1]+"."+mc[2])
+					continue
+				}
 				return out, fmt.Errorf("migration %04d_%s, statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
 		if err := t.record(ctx, db, m); err != nil {
 			return out, fmt.Errorf("record migration %04d: %w", m.Version, err)
 		}
-		out = append(out, MigrationResult{Migration: m, Applied: true})
+		out = append(out, MigrationResult{Migration: m, Applied: true, Kept: kept})
 	}
 	return out, nil
 }
