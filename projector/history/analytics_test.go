@@ -361,6 +361,9 @@ func TestAnalyticsQueries(t *testing.T) {
 	if pr.Done != pr.Total || pr.Total == 0 || pr.Rows == 0 {
 		t.Fatalf("backfill ended at %+v", pr)
 	}
+	if err := DeleteGroup(ctx, cfg.Kafka, cfg.Group); err != nil {
+		t.Fatalf("delete the backfill's group: %v", err)
+	}
 	if after := rowCount(t, ctx, f, "mutations"); after < before+uint64(len(ms)) && !mergedAway(t, ctx, f) {
 		t.Fatalf("mutations holds %d rows before the backfill and %d after: the backfill inserted nothing", before, after)
 	}
