@@ -40,11 +40,17 @@ type contentCache struct {
 	chunks     map[string][]byte
 	chunkBytes int
 	bodies     map[string]struct{} // bodies already in a batch, by chunkKey
-	ancestry   map[branchKey][]ancestor
+	// absent are chunks ClickHouse did not have: a database filled from
+	// the middle of the changelog misses them for good (until a
+	// backfill), and asking again for each version would slow the
+	// projector down to one lookup per body.
+	absent   map[string]struct{}
+	ancestry map[branchKey][]ancestor
 }
 
 func newContentCache() contentCache {
-	return contentCache{chunks: map[string][]byte{}, bodies: map[string]struct{}{}, ancestry: map[branchKey][]ancestor{}}
+	return contentCache{chunks: map[string][]byte{}, bodies: map[string]struct{}{}, absent: map[string]struct{}{},
+		ancestry: map[branchKey][]ancestor{}}
 }
 
 // prune starts the caches over when they grew past their bounds; called
@@ -57,6 +63,9 @@ func (c *contentCache) prune() {
 	}
 	if len(c.bodies) > maxCachedBodies {
 		clear(c.bodies)
+	}
+	if len(c.absent) > maxCachedBodies {
+		clear(c.absent)
 	}
 	if len(c.ancestry) > maxCachedAncestries {
 		clear(c.ancestry)
@@ -91,6 +100,8 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 			parts[i] = d
 		} else if p.inflight != nil && p.inflight.content.chunks[k] != nil {
 			parts[i] = p.inflight.content.chunks[k]
+		} else if _, absent := p.cache.absent[k]; absent {
+			return nil, false, nil
 		} else {
 			missing = append(missing, h)
 		}
@@ -110,6 +121,7 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 			}
 			d, ok := found[h]
 			if !ok {
+				p.cache.absent[chunkKey(org, project, h)] = struct{}{}
 				p.cfg.Log.Warn("projector: a chunk is neither read nor in ClickHouse; backfill this database to have it",
 					"project", org+"/"+project, "chunk", h, "of", hash)
 				return nil, false, nil
