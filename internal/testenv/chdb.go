@@ -240,7 +240,7 @@ func (c *CurrentClickHouse) run(ctx context.Context, query, format string) (stri
 		// The runner cannot be interrupted mid-statement: stop it, and
 		// every later call reports why.
 		_ = c.cmd.Process.Kill()
-		<-done
+		_ = <-done // the read fails once the runner is killed
 		err = ctx.Err()
 	}
 	if err != nil {
