@@ -240,8 +240,7 @@ func (c *CurrentClickHouse) run(ctx context.Context, query, format string) (stri
 		// The runner cannot be interrupted mid-statement: stop it, and
 		// every later call reports why.
 		_ = c.cmd.Process.Kill()
-		_ = <-done // the read fails once the runner is killed
-		err = ctx.Err()
+		err = errors.Join(ctx.Err(), <-done) // the read fails once the runner is killed
 	}
 	if err != nil {
 		c.dead = fmt.Errorf("chdb runner: %w", err)
