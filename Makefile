@@ -29,7 +29,7 @@ run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080), wit
 	$(BIN)/canon dev --data $(DATA) --http $(HTTP)
 
 .PHONY: deps
-deps: ## Install what the tests need and is missing (Java, Maven, Chromium; as root with apt-get)
+deps: ## Install what the tests need and is missing (Java, Maven, Chromium, python3-venv; as root with apt-get)
 	@scripts/provision
 
 .PHONY: test
