@@ -30,7 +30,7 @@ run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080 KAFKA
 	$(BIN)/canon dev --data $(DATA) --http $(HTTP) --kafka-port $(KAFKA_PORT)
 
 .PHONY: deps
-deps: ## Install what the tests need and is missing (Java, Maven, Chromium; as root with apt-get)
+deps: ## Install what the tests need and is missing (Java, Maven, Chromium, python3-venv; as root with apt-get)
 	@scripts/provision
 
 .PHONY: test

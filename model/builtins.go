@@ -116,7 +116,7 @@ func itemPatch(x Tx, raw json.RawMessage) error {
 	meta := it.cur.meta
 	if hasMeta {
 		if meta, err = mergePatch(it.cur.meta, metaPatch); err != nil {
-			return fmt.Errorf("item %s/%s: merge meta: %w", collection, id, err)
+			return &CodedError{Code: CodeInvalidEdit, Err: fmt.Errorf("item %s/%s: merge meta: %w", collection, id, err)}
 		}
 		if firstByte(meta) != '{' {
 			return argErr("meta", "the patched meta would be %s: meta must stay a JSON object", jsonKind(meta))
@@ -131,7 +131,7 @@ func itemPatch(x Tx, raw json.RawMessage) error {
 	}
 	data, err := mergePatch(body, dataPatch)
 	if err != nil {
-		return fmt.Errorf("item %s/%s: merge data: %w", collection, id, err)
+		return &CodedError{Code: CodeInvalidEdit, Err: fmt.Errorf("item %s/%s: merge data: %w", collection, id, err)}
 	}
 	return t.put(it, meta, data)
 }
@@ -214,7 +214,7 @@ func itemSplice(x Tx, raw json.RawMessage) error {
 	}
 	data, err := spliceJSON(body, path, index, del, insert)
 	if err != nil {
-		return fmt.Errorf("item %s/%s: %w", collection, id, err)
+		return &CodedError{Code: CodeInvalidEdit, Err: fmt.Errorf("item %s/%s: %w", collection, id, err)}
 	}
 	return t.put(it, it.cur.meta, data)
 }

@@ -209,15 +209,16 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 	}
 
 	args := m.Args
-	var argsErr string
+	var argsErr, argsCode string
 	switch {
 	case len(args) > d.limits.MaxArgsBytes:
 		argsErr = fmt.Sprintf("args are %d bytes, over the limit of %d bytes (MaxArgsBytes)", len(args), d.limits.MaxArgsBytes)
+		argsCode = CodeTooLarge
 		args = nil
 	case len(args) == 0:
 		args = nil
 	case !jsonValid(args):
-		argsErr = "args are not valid JSON"
+		argsErr, argsCode = "args are not valid JSON", CodeInvalidArgs
 		args = nil
 	}
 	if argsErr != "" {
@@ -226,10 +227,10 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 			// branch's first version.
 			return rejected(last, argsErr), nil
 		}
-		return d.record(rec, bs, branch, args, argsErr, nil)
+		return d.record(rec, bs, branch, args, argsCode, argsErr, nil)
 	}
 	if !known {
-		return d.record(rec, bs, branch, args, fmt.Sprintf("unknown mutator %q", m.Name), nil)
+		return d.record(rec, bs, branch, args, CodeUnknownMutator, fmt.Sprintf("unknown mutator %q", m.Name), nil)
 	}
 	if isCreate {
 		return d.branchCreate(rec, bs, branch, args)
@@ -243,16 +244,16 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 		return Decision{}, t.err
 	}
 	if merr != nil {
-		return d.record(rec, bs, branch, args, merr.Error(), nil)
+		return d.record(rec, bs, branch, args, ErrorCode(merr), merr.Error(), nil)
 	}
 	c, err := d.collect(t)
 	if err != nil {
 		return Decision{}, err
 	}
 	if c.failure != "" {
-		return d.record(rec, bs, branch, args, c.failure, nil)
+		return d.record(rec, bs, branch, args, CodeTooLarge, c.failure, nil)
 	}
-	return d.record(rec, bs, branch, args, "", &c)
+	return d.record(rec, bs, branch, args, "", "", &c)
 }
 
 // run calls a mutator, turning a panic into its error outcome: one bad
@@ -260,7 +261,7 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 func run(fn Mutator, t *tx, args json.RawMessage, name string) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("mutator %s panicked: %v", name, p)
+			err = &CodedError{Code: CodePanic, Err: fmt.Errorf("mutator %s panicked: %v", name, p)}
 		}
 	}()
 	return fn(t, args)
@@ -393,9 +394,9 @@ func pending(chunks []schemas.Chunk, h string) bool {
 }
 
 // record makes the next version of a branch for a mutation: applied with
-// the effect c, or, when c is nil, recorded with the error message and no
-// change of state.
-func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, args json.RawMessage, errMsg string, c *collected) (Decision, error) {
+// the effect c, or, when c is nil, recorded with the error's code and
+// message and no change of state.
+func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, args json.RawMessage, code, errMsg string, c *collected) (Decision, error) {
 	m := rec.Mutation
 	var (
 		argsRef    *schemas.BlobRef
@@ -424,11 +425,13 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 		Principal:   m.Principal,
 		ReceivedAt:  m.ReceivedAt,
 		Offset:      rec.Offset,
+		Job:         m.Job,
+		Origin:      m.Origin,
 	}
 	dec := Decision{Kind: Applied}
 	items := []schemas.ItemChange{}
 	if c == nil {
-		out.Status, out.Error = schemas.StatusError, truncate(errMsg, MaxErrorBytes)
+		out.Status, out.Error, out.Code = schemas.StatusError, truncate(errMsg, MaxErrorBytes), code
 		dec.Kind = Errored
 	} else {
 		items = c.changes
@@ -555,33 +558,33 @@ func stateHash(s schemas.StateHasher, scalars map[string]json.RawMessage) string
 // branchCreate runs the system mutator branch.create: bs is the new
 // branch.
 func (d *Decider) branchCreate(rec MutationRecord, bs *branchState, branch string, args json.RawMessage) (Decision, error) {
-	fail := func(msg string) (Decision, error) {
+	fail := func(code, msg string) (Decision, error) {
 		if bs.head == 0 {
 			// An error outcome would be the new branch's first version.
 			return rejected(0, msg), nil
 		}
-		return d.record(rec, bs, branch, args, msg, nil)
+		return d.record(rec, bs, branch, args, code, msg, nil)
 	}
 	a, err := parseBranchCreate(args)
 	if err != nil {
-		return fail(err.Error())
+		return fail(CodeInvalidArgs, err.Error())
 	}
 	if bs.head > 0 {
-		return fail(fmt.Sprintf("branch %s already exists (head version %d)", branch, bs.head))
+		return fail(CodeExists, fmt.Sprintf("branch %s already exists (head version %d)", branch, bs.head))
 	}
 	from, err := d.branch(branchKey{bs.key.org, bs.key.project, a.from})
 	if err != nil {
 		return Decision{}, err
 	}
 	if from.head == 0 {
-		return fail(fmt.Sprintf("branch %s does not exist: there is nothing to create %s from", a.from, branch))
+		return fail(CodeNotFound, fmt.Sprintf("branch %s does not exist: there is nothing to create %s from", a.from, branch))
 	}
 	n := a.version
 	if n == 0 {
 		n = from.head
 	}
 	if n > from.head {
-		return fail(fmt.Sprintf("branch %s has no version %d: its head is %d", a.from, n, from.head))
+		return fail(CodeNotFound, fmt.Sprintf("branch %s has no version %d: its head is %d", a.from, n, from.head))
 	}
 	snap, err := d.headAt(from, n)
 	if err != nil {
@@ -614,6 +617,8 @@ func (d *Decider) branchCreate(rec MutationRecord, bs *branchState, branch strin
 			Principal:   m.Principal,
 			ReceivedAt:  m.ReceivedAt,
 			Offset:      rec.Offset,
+			Job:         m.Job,
+			Origin:      m.Origin,
 		}},
 		LastIDs:   map[string]uint64{m.Client: m.ID},
 		StateHash: snap.stateHash,

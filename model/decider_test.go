@@ -530,3 +530,28 @@ func TestDecideClientGroupBinding(t *testing.T) {
 		t.Fatalf("owner of g1 = %q, %v; want alice", p, ok)
 	}
 }
+
+// A job's lineage on a mutation reaches its outcome, for a branch.create
+// as for any mutation.
+func TestDecideKeepsLineage(t *testing.T) {
+	dec := NewDecider(NewMemState(), testRegistry(t), schemas.Limits{})
+	job := &schemas.Job{Kind: "rebase", Principal: "user:ann", At: 5}
+	for i, m := range []*schemas.Mutation{
+		{Org: testOrg, Project: testProject, Branch: "main", ClientGroup: "g", Client: "a", ID: 1, Name: ItemPut,
+			Args: json.RawMessage(`{"collection":"c","id":"i","data":1}`)},
+		{Org: testOrg, Project: testProject, Branch: "rb", ClientGroup: "g", Client: "tool", ID: 1, Name: BranchCreate,
+			Args: json.RawMessage(`{"from":"main"}`), Job: job},
+		{Org: testOrg, Project: testProject, Branch: "rb", ClientGroup: "g", Client: "a", ID: 1, Name: ItemPut,
+			Args: json.RawMessage(`{"collection":"c","id":"i","data":2}`), Job: job,
+			Origin: &schemas.Origin{Branch: "main", Version: 1, Client: "a", ID: 1}},
+	} {
+		d, err := dec.Decide(MutationRecord{Mutation: m, Timestamp: testEpoch, Partition: 1, Offset: int64(i)})
+		if err != nil || d.Version == nil {
+			t.Fatalf("mutation %d: %v, %v", i, d.Kind, err)
+		}
+		o := d.Version.Mutations[0]
+		if o.Job != m.Job || o.Origin != m.Origin {
+			t.Fatalf("mutation %d: outcome job %v origin %v, want %v %v", i, o.Job, o.Origin, m.Job, m.Origin)
+		}
+	}
+}

@@ -198,16 +198,16 @@ func validateTarget(collection, id string) error {
 // put writes canonical meta and data to an item, within the limits.
 func (t *tx) put(it *txItem, meta, data []byte) error {
 	if firstByte(meta) != '{' {
-		return fmt.Errorf("item %s/%s: meta must be a JSON object, not %s", it.key.collection, it.key.id, jsonKind(meta))
+		return &CodedError{Code: CodeInvalidArgs, Err: fmt.Errorf("item %s/%s: meta must be a JSON object, not %s", it.key.collection, it.key.id, jsonKind(meta))}
 	}
 	lim := t.d.limits
 	if len(meta) > lim.MaxMetaBytes {
-		return fmt.Errorf("item %s/%s: meta is %d bytes of canonical JSON, over the limit of %d bytes (MaxMetaBytes)",
-			it.key.collection, it.key.id, len(meta), lim.MaxMetaBytes)
+		return &CodedError{Code: CodeTooLarge, Err: fmt.Errorf("item %s/%s: meta is %d bytes of canonical JSON, over the limit of %d bytes (MaxMetaBytes)",
+			it.key.collection, it.key.id, len(meta), lim.MaxMetaBytes)}
 	}
 	if len(data) > lim.MaxDataBytes {
-		return fmt.Errorf("item %s/%s: data is %d bytes of canonical JSON, over the limit of %d bytes (MaxDataBytes)",
-			it.key.collection, it.key.id, len(data), lim.MaxDataBytes)
+		return &CodedError{Code: CodeTooLarge, Err: fmt.Errorf("item %s/%s: data is %d bytes of canonical JSON, over the limit of %d bytes (MaxDataBytes)",
+			it.key.collection, it.key.id, len(data), lim.MaxDataBytes)}
 	}
 	st := itemState{meta: meta, hash: BodyHash(data), size: int64(len(data)), body: data}
 	if it.curOK && it.cur.hash == st.hash {
@@ -220,11 +220,11 @@ func (t *tx) put(it *txItem, meta, data []byte) error {
 // putMeta writes canonical meta to an existing item, keeping its body.
 func (t *tx) putMeta(it *txItem, meta []byte) error {
 	if firstByte(meta) != '{' {
-		return fmt.Errorf("item %s/%s: meta must be a JSON object, not %s", it.key.collection, it.key.id, jsonKind(meta))
+		return &CodedError{Code: CodeInvalidArgs, Err: fmt.Errorf("item %s/%s: meta must be a JSON object, not %s", it.key.collection, it.key.id, jsonKind(meta))}
 	}
 	if len(meta) > t.d.limits.MaxMetaBytes {
-		return fmt.Errorf("item %s/%s: meta is %d bytes of canonical JSON, over the limit of %d bytes (MaxMetaBytes)",
-			it.key.collection, it.key.id, len(meta), t.d.limits.MaxMetaBytes)
+		return &CodedError{Code: CodeTooLarge, Err: fmt.Errorf("item %s/%s: meta is %d bytes of canonical JSON, over the limit of %d bytes (MaxMetaBytes)",
+			it.key.collection, it.key.id, len(meta), t.d.limits.MaxMetaBytes)}
 	}
 	st := it.cur
 	st.meta = meta

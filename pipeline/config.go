@@ -26,6 +26,12 @@ type Config struct {
 	// Kafka are the brokers and client options. The jobs are trusted
 	// tools: what they write to canon.mutations carries no principal.
 	Kafka kafka.ClientConfig
+	// Principal is who runs the job (e.g. user:ann). Every mutation a job
+	// sends records it with the job's kind and start time (schemas.Job),
+	// and a re-sent one the mutation it re-sends (schemas.Origin), so
+	// that the history tells a rebased branch's mutations from their
+	// sources.
+	Principal string
 	// Topics are Canon's topic names; zero fields take the defaults.
 	Topics kafka.TopicNames
 	// Registry holds the mutators of in-memory decisions (dry runs and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -46,6 +47,20 @@ type history struct {
 	order   []*schemas.Version
 	pending map[int32][]store.Record
 	log     *slog.Logger
+	// job is what the job's mutations record of it (see Config.Principal).
+	job *schemas.Job
+}
+
+// Job kinds recorded in the mutations a job sends.
+const (
+	JobRebase = "rebase"
+	JobReplay = "replay"
+	JobImport = "import"
+)
+
+// setJob records the job's kind, principal and start time.
+func (h *history) setJob(kind string) {
+	h.job = &schemas.Job{Kind: kind, Principal: h.cfg.Principal, At: time.Now().UnixMilli()}
 }
 
 // applyBatch is how many changelog records are applied to the in-memory

@@ -68,6 +68,7 @@ func Import(ctx context.Context, cfg Config, opt ImportOptions) (*ImportResult, 
 	if err != nil {
 		return nil, err
 	}
+	h.setJob(JobImport)
 	defer h.Close()
 	res := &ImportResult{Target: target.String(), DryRun: opt.DryRun, SnapshotStateHash: snapHash}
 	now := time.Now().UTC()

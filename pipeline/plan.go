@@ -107,7 +107,7 @@ func (h *history) sourceSteps(src BranchRef, from, to uint64, target BranchRef, 
 			steps = append(steps, step{
 				m:    resent(o, o.ID-shift[o.Client], args, target),
 				ts:   time.UnixMilli(ver.TS).UTC(),
-				orig: &origin{version: v, outcome: o, last: k == len(ver.Mutations)-1, stateHash: ver.StateHash, items: ver.Items},
+				orig: &origin{src: src, version: v, outcome: o, last: k == len(ver.Mutations)-1, stateHash: ver.StateHash, items: ver.Items},
 			})
 		}
 	}

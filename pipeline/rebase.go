@@ -99,6 +99,7 @@ func Rebase(ctx context.Context, cfg Config, opt RebaseOptions) (*RebaseResult, 
 	if err != nil {
 		return nil, err
 	}
+	h.setJob(JobRebase)
 	defer h.Close()
 	src, target := opt.Source, BranchRef{opt.Source.ProjectRef, opt.Into}
 	from, to, err := h.versionRange(src, opt.From, opt.To)

@@ -2,10 +2,13 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/canon-sync/canon/schemas"
 )
 
 // rebaseHistory is the scenario of the rebase tests: main and a feature
@@ -132,7 +135,10 @@ func TestRebaseScenarios(t *testing.T) {
 		t.Errorf("dry run counts %+v, want %+v", dres.Counts, want)
 	}
 
-	res, err := Rebase(ctx, e.cfg, opt)
+	cfg := e.cfg
+	cfg.Principal = "user:ann"
+	started := time.Now()
+	res, err := Rebase(ctx, cfg, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +154,8 @@ func TestRebaseScenarios(t *testing.T) {
 	if st, err := e.store.Latest(p.Org, p.Project, target.Branch); err != nil || st.StateHash != res.TargetStateHash {
 		t.Fatalf("sequencer's store: %s %v, rebase reported %s", st.StateHash, err, res.TargetStateHash)
 	}
+
+	checkLineage(t, ctx, e.cfg, target, feature, started)
 
 	// Run again: nothing new, the same summary.
 	again, err := Rebase(ctx, e.cfg, opt)
@@ -209,6 +217,43 @@ func TestRebaseScenarios(t *testing.T) {
 		}
 		if again.AlreadyOnTarget != again.Mutations || !reflect.DeepEqual(again.TargetStateHash, ir.TargetStateHash) {
 			t.Errorf("import rerun into %s: %+v", imp.Target, again)
+		}
+	}
+}
+
+// checkLineage reads the target's versions from the changelog: every
+// mutation records the rebase job (who ran it, when), and each re-sent one
+// the mutation of src it re-sends; the job's branch.create has no origin.
+func checkLineage(t *testing.T, ctx context.Context, cfg Config, target, src BranchRef, started time.Time) {
+	t.Helper()
+	h, err := readHistory(ctx, cfg.withDefaults(), false, target.ProjectRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for v := uint64(1); v <= 7; v++ {
+		ver := h.version(target, v)
+		if ver == nil {
+			t.Fatalf("%s has no version %d in the changelog", target, v)
+		}
+		o := ver.Mutations[0]
+		if o.Job == nil || o.Job.Kind != JobRebase || o.Job.Principal != "user:ann" || o.Job.At < started.UnixMilli() {
+			t.Errorf("%s@%d: job %+v, want rebase by user:ann at or after %d", target, v, o.Job, started.UnixMilli())
+		}
+		if o.Principal != "" {
+			t.Errorf("%s@%d: principal %q on a re-sent mutation", target, v, o.Principal)
+		}
+		if v == 1 {
+			if o.Origin != nil {
+				t.Errorf("%s@1 (the job's branch.create): origin %+v", target, o.Origin)
+			}
+			continue
+		}
+		srcVer := h.version(src, v)
+		so := srcVer.Mutations[0]
+		want := schemas.Origin{Branch: src.Branch, Version: v, Client: so.Client, ID: so.ID}
+		if o.Origin == nil || *o.Origin != want {
+			t.Errorf("%s@%d: origin %+v, want %+v", target, v, o.Origin, want)
 		}
 	}
 }

@@ -119,6 +119,7 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 	if err != nil {
 		return nil, err
 	}
+	h.setJob(JobReplay)
 	defer h.Close()
 
 	res := &ReplayResult{Source: opt.Source.String(), InMemory: opt.InMemory}
@@ -353,7 +354,7 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]
 			steps = append(steps, step{
 				m:    resent(o, m.ID, m.Args, src),
 				ts:   r.Timestamp.UTC(),
-				orig: &origin{version: a.v.Version, outcome: o, last: a.k == len(a.v.Mutations)-1, stateHash: a.v.StateHash, items: a.v.Items},
+				orig: &origin{src: src, version: a.v.Version, outcome: o, last: a.k == len(a.v.Mutations)-1, stateHash: a.v.StateHash, items: a.v.Items},
 			})
 			steps[len(steps)-1].m.Name = m.Name
 		})

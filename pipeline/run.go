@@ -27,8 +27,23 @@ type step struct {
 	orig *origin
 }
 
+// lineage stamps a step's mutation with the job that sends it and, for a
+// re-sent one, where it comes from.
+func (h *history) lineage(s *step) schemas.Mutation {
+	m := s.m
+	m.Job = h.job
+	if o := s.orig; o != nil && o.src.Branch != "" {
+		m.Origin = &schemas.Origin{Branch: o.src.Branch, Version: o.version, Client: o.outcome.Client, ID: o.outcome.ID}
+		if o.src.ProjectRef != (ProjectRef{m.Org, m.Project}) {
+			m.Origin.Project = o.src.Org + "/" + o.src.Project
+		}
+	}
+	return m
+}
+
 // origin is a mutation of the source and what the source made of it.
 type origin struct {
+	src     BranchRef
 	version uint64 // the source version that recorded it
 	outcome schemas.Outcome
 	// last: the last mutation of its version, where the state hashes of
@@ -286,7 +301,7 @@ func (h *history) produce(ctx context.Context, p int32, steps []step, todo []int
 		}
 		hi := min(lo+produceChunk, len(todo))
 		for j := lo; j < hi; j++ {
-			m := steps[todo[j]].m
+			m := h.lineage(&steps[todo[j]])
 			val, err := schemas.EncodeMutation(&m, h.cfg.Limits)
 			if err != nil {
 				return nil, fmt.Errorf("encode mutation %d of client %s: %w", m.ID, m.Client, err)

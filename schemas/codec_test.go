@@ -628,3 +628,59 @@ func TestValidateMethods(t *testing.T) {
 		}
 	}
 }
+
+// The optional members of analysts' history (decidedAt, an error's code,
+// a job's lineage) round-trip; records without them decode as before.
+func TestAnalystsFieldsRoundTrip(t *testing.T) {
+	job := &Job{Kind: "rebase", Principal: "user:ann", At: 1767225700000}
+	origin := &Origin{Branch: "main", Version: 4, Client: "c-9", ID: 3}
+	v := testVersion()
+	v.DecidedAt = 1767225600250
+	v.Mutations[0].Job, v.Mutations[0].Origin = job, origin
+	v.Mutations = append(v.Mutations, Outcome{ClientGroup: "cg-1", Client: "c-1", ID: 8, Name: "item.patch", Args: json.RawMessage(`{}`),
+		Status: StatusError, Error: "item tasks/t-9: not found", Code: "not_found", Offset: 42})
+	v.LastIDs["c-1"] = 8
+	b, err := EncodeVersion(v, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeVersion(SchemaVersionV1, b, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DecidedAt != v.DecidedAt || got.Mutations[1].Code != "not_found" || *got.Mutations[0].Job != *job || *got.Mutations[0].Origin != *origin {
+		t.Fatalf("decoded %+v from %s", got, b)
+	}
+
+	m := &Mutation{Org: "acme", Project: "roadmap", Branch: "b2", ClientGroup: "g", Client: "c-9", ID: 1, Name: "item.put",
+		Args: json.RawMessage(`{}`), Job: job, Origin: origin}
+	mb, err := EncodeMutation(m, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := marshal(m); string(mb) != string(want) {
+		t.Fatalf("EncodeMutation wrote\n%s\nencoding/json writes\n%s", mb, want)
+	}
+	gm, err := DecodeMutation(SchemaMutationV1, mb, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *gm.Job != *job || *gm.Origin != *origin {
+		t.Fatalf("decoded %+v from %s", gm, mb)
+	}
+
+	old := testVersion()
+	ob, err := EncodeVersion(old, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(ob), "decidedAt") || strings.Contains(string(ob), "code") || strings.Contains(string(ob), "origin") {
+		t.Fatalf("a version without the optional members wrote them: %s", ob)
+	}
+	bad := *v
+	bad.Mutations = append([]Outcome(nil), v.Mutations...)
+	bad.Mutations[0].Code = "not_found" // an applied mutation has no code
+	if _, err := EncodeVersion(&bad, Limits{}); err == nil || !strings.Contains(err.Error(), "code") {
+		t.Fatalf("EncodeVersion of an applied outcome with a code = %v, want an error naming code", err)
+	}
+}

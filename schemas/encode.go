@@ -60,6 +60,21 @@ func appendMutation(b []byte, m *Mutation, argsChecked bool) (_ []byte, ok bool)
 		b = append(b, `,"receivedAt":`...)
 		b = strconv.AppendInt(b, m.ReceivedAt, 10)
 	}
+	// Only jobs send these, rarely: encoding/json writes them.
+	if m.Job != nil {
+		j, err := marshal(m.Job)
+		if err != nil {
+			return nil, false
+		}
+		b = append(append(b, `,"job":`...), j...)
+	}
+	if m.Origin != nil {
+		o, err := marshal(m.Origin)
+		if err != nil {
+			return nil, false
+		}
+		b = append(append(b, `,"origin":`...), o...)
+	}
 	return append(b, '}'), true
 }
 

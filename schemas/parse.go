@@ -13,10 +13,10 @@ import (
 // consistency) is checked afterwards by the validate* functions, which
 // the encoders share.
 
-var mutationFields = newFieldSet("org", "project", "branch", "clientGroup", "client", "id", "name", "args", "ts", "principal", "receivedAt")
+var mutationFields = newFieldSet("org", "project", "branch", "clientGroup", "client", "id", "name", "args", "ts", "principal", "receivedAt", "job", "origin")
 
 func parseMutation(obj []byte, a at, m *Mutation) error {
-	var v [11][]byte
+	var v [13][]byte
 	if err := mutationFields.split(obj, a, v[:]); err != nil {
 		return err
 	}
@@ -55,13 +55,81 @@ func parseMutation(obj []byte, a at, m *Mutation) error {
 	if m.ReceivedAt, err = intField(v[10], a, "receivedAt", 0, math.MaxInt64, false); err != nil {
 		return err
 	}
-	return nil
+	if m.Job, err = parseJob(v[11], a); err != nil {
+		return err
+	}
+	m.Origin, err = parseOrigin(v[12], a)
+	return err
 }
 
-var versionFields = newFieldSet("org", "project", "branch", "version", "parent", "base", "ts", "scalars", "items", "mutations", "lastIds", "stateHash", "source")
+var jobFields = newFieldSet("kind", "principal", "at")
+
+// parseJob reads the optional job member of a mutation or outcome.
+func parseJob(raw []byte, parent at) (*Job, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if err := wantObject(raw, parent, "job"); err != nil {
+		return nil, err
+	}
+	a := parent.child("job")
+	var v [3][]byte
+	if err := jobFields.split(raw, a, v[:]); err != nil {
+		return nil, err
+	}
+	j := &Job{}
+	var err error
+	if j.Kind, err = str(v[0], a, "kind", true); err != nil {
+		return nil, err
+	}
+	if j.Principal, err = str(v[1], a, "principal", false); err != nil {
+		return nil, err
+	}
+	if j.At, err = intField(v[2], a, "at", 0, math.MaxInt64, true); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+var originFields = newFieldSet("project", "branch", "version", "client", "id")
+
+// parseOrigin reads the optional origin member of a mutation or outcome.
+func parseOrigin(raw []byte, parent at) (*Origin, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if err := wantObject(raw, parent, "origin"); err != nil {
+		return nil, err
+	}
+	a := parent.child("origin")
+	var v [5][]byte
+	if err := originFields.split(raw, a, v[:]); err != nil {
+		return nil, err
+	}
+	o := &Origin{}
+	var err error
+	if o.Project, err = str(v[0], a, "project", false); err != nil {
+		return nil, err
+	}
+	if o.Branch, err = str(v[1], a, "branch", true); err != nil {
+		return nil, err
+	}
+	if o.Version, err = uintField(v[2], a, "version", 0, true); err != nil {
+		return nil, err
+	}
+	if o.Client, err = str(v[3], a, "client", true); err != nil {
+		return nil, err
+	}
+	if o.ID, err = uintField(v[4], a, "id", 1, true); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+var versionFields = newFieldSet("org", "project", "branch", "version", "parent", "base", "ts", "scalars", "items", "mutations", "lastIds", "stateHash", "source", "decidedAt")
 
 func parseVersion(obj []byte, ver *Version) error {
-	var v [13][]byte
+	var v [14][]byte
 	if err := versionFields.split(obj, top, v[:]); err != nil {
 		return err
 	}
@@ -113,6 +181,9 @@ func parseVersion(obj []byte, ver *Version) error {
 		return a.missing("source")
 	}
 	if err := wantObject(v[12], a, "source"); err != nil {
+		return err
+	}
+	if ver.DecidedAt, err = intField(v[13], a, "decidedAt", 0, math.MaxInt64, false); err != nil {
 		return err
 	}
 	return parseSourceRef(v[12], &ver.Source)
@@ -249,7 +320,8 @@ func parseItems(raw []byte) ([]ItemChange, error) {
 	return items, err
 }
 
-var outcomeFields = newFieldSet("clientGroup", "client", "id", "name", "args", "status", "error", "ts", "principal", "receivedAt", "offset", "argsRef")
+var outcomeFields = newFieldSet("clientGroup", "client", "id", "name", "args", "status", "error", "ts", "principal", "receivedAt", "offset", "argsRef",
+	"code", "job", "origin")
 
 func parseOutcomes(raw []byte) ([]Outcome, error) {
 	if raw == nil {
@@ -264,7 +336,7 @@ func parseOutcomes(raw []byte) ([]Outcome, error) {
 			return top.errorf("mutations["+strconv.Itoa(i)+"]", "must be an object, got %s", got(val))
 		}
 		a := element("mutations", i)
-		var v [12][]byte
+		var v [15][]byte
 		if err := outcomeFields.split(val, a, v[:]); err != nil {
 			return err
 		}
@@ -308,6 +380,15 @@ func parseOutcomes(raw []byte) ([]Outcome, error) {
 			if o.ArgsRef, err = parseBlobRef(v[11], a, "argsRef"); err != nil {
 				return err
 			}
+		}
+		if o.Code, err = str(v[12], a, "code", false); err != nil {
+			return err
+		}
+		if o.Job, err = parseJob(v[13], a); err != nil {
+			return err
+		}
+		if o.Origin, err = parseOrigin(v[14], a); err != nil {
+			return err
 		}
 		outs = append(outs, o)
 		return nil

@@ -42,6 +42,32 @@ type Mutation struct {
 	// Principal and ReceivedAt (ms) are stamped by the ingest.
 	Principal  string `json:"principal,omitempty"`
 	ReceivedAt int64  `json:"receivedAt,omitempty"`
+	// Job and Origin are set by a job that re-sends mutations of other
+	// history (rebase, replay): which run sent it, and the mutation it
+	// re-sends. The sequencer copies them into the Outcome.
+	Job    *Job    `json:"job,omitempty"`
+	Origin *Origin `json:"origin,omitempty"`
+}
+
+// Job is a run of a pipeline job (rebase, replay, import) that sent a
+// mutation: its kind, who ran it and when it started (ms since the
+// epoch). The mutation's own TS and record timestamp stay those of the
+// original, since replaying them is what makes the state the same.
+type Job struct {
+	Kind      string `json:"kind"`
+	Principal string `json:"principal,omitempty"`
+	At        int64  `json:"at"`
+}
+
+// Origin is the mutation a job re-sent: its branch (Project is org/project
+// when it was in another project), the version that recorded it there,
+// and its client and id.
+type Origin struct {
+	Project string `json:"project,omitempty"`
+	Branch  string `json:"branch"`
+	Version uint64 `json:"version"`
+	Client  string `json:"client"`
+	ID      uint64 `json:"id"`
 }
 
 // Mutation statuses in a version record.
@@ -73,6 +99,12 @@ type Outcome struct {
 	// Offset of the mutation record in canon.mutations (same partition as
 	// the version).
 	Offset int64 `json:"offset"`
+	// Code is the stable code of an error outcome (Error has the message,
+	// with ids in it); the codes are listed in docs/mutators.md.
+	Code string `json:"code,omitempty"`
+	// Job and Origin are the mutation's (see Mutation).
+	Job    *Job    `json:"job,omitempty"`
+	Origin *Origin `json:"origin,omitempty"`
 }
 
 // Item operations in a version record.
@@ -153,6 +185,10 @@ type Version struct {
 	// Source is the position of the last mutation of Mutations in
 	// canon.mutations.
 	Source SourceRef `json:"source"`
+	// DecidedAt is the sequencer's clock when it decided the version (ms),
+	// metadata beside TS, which mutators see; 0 in records of releases
+	// before it. The version's commit time is its record's timestamp.
+	DecidedAt int64 `json:"decidedAt,omitempty"`
 }
 
 // SourceRef is a position in a topic.

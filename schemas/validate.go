@@ -70,6 +70,43 @@ func validateMutation(m *Mutation, l Limits, a at, checkJSON bool) error {
 	if m.ReceivedAt < 0 {
 		return a.errorf("receivedAt", "must be an integer >= 0 (milliseconds since the epoch), got %d", m.ReceivedAt)
 	}
+	return validateLineage(m.Job, m.Origin, a)
+}
+
+// maxCodeBytes bounds an error outcome's code.
+const maxCodeBytes = 64
+
+// validateLineage checks the job and origin a pipeline job stamps.
+func validateLineage(j *Job, o *Origin, a at) error {
+	if j != nil {
+		if err := validateText("", j.Kind, maxCodeBytes); err != nil {
+			return a.wrap("job.kind", err)
+		}
+		if j.Principal != "" {
+			if err := validateText("", j.Principal, maxPrincipalBytes); err != nil {
+				return a.wrap("job.principal", err)
+			}
+		}
+		if j.At < 0 {
+			return a.errorf("job.at", "must be an integer >= 0 (milliseconds since the epoch), got %d", j.At)
+		}
+	}
+	if o != nil {
+		if o.Project != "" {
+			if err := validateText("", o.Project, 2*maxPrincipalBytes); err != nil {
+				return a.wrap("origin.project", err)
+			}
+		}
+		if err := ValidateBranch("", o.Branch); err != nil {
+			return a.wrap("origin.branch", err)
+		}
+		if err := ValidateClient("", o.Client); err != nil {
+			return a.wrap("origin.client", err)
+		}
+		if o.ID == 0 {
+			return a.errorf("origin.id", "must be an integer >= 1, got 0")
+		}
+	}
 	return nil
 }
 
@@ -117,6 +154,9 @@ func validateVersion(v *Version, l Limits, checkJSON bool) error {
 	}
 	if v.TS < 0 {
 		return a.errorf("ts", "must be an integer >= 0 (milliseconds since the epoch), got %d", v.TS)
+	}
+	if v.DecidedAt < 0 {
+		return a.errorf("decidedAt", "must be an integer >= 0 (milliseconds since the epoch), got %d", v.DecidedAt)
 	}
 	if err := validateScalars(v.Scalars, l); err != nil {
 		return err
@@ -437,7 +477,15 @@ func validateOutcome(o *Outcome, a at, l Limits, checkJSON bool) error {
 	if o.Offset < 0 {
 		return a.errorf("offset", "must be an integer >= 0, got %d", o.Offset)
 	}
-	return nil
+	if o.Code != "" {
+		if o.Status != StatusError {
+			return a.errorf("code", "must be absent when status is %q", o.Status)
+		}
+		if err := validateText("", o.Code, maxCodeBytes); err != nil {
+			return a.wrap("code", err)
+		}
+	}
+	return validateLineage(o.Job, o.Origin, a)
 }
 
 func validateRejected(r *Rejected, l Limits, checkJSON bool) error {

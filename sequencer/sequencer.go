@@ -546,6 +546,11 @@ func (s *Sequencer) handle(ctx context.Context, sess *kgo.GroupTransactSession, 
 	if err != nil {
 		return "", fmt.Errorf("decide %s/%s client %s id %d: %w", m.Org, m.Project, m.Client, m.ID, err)
 	}
+	if d.Version != nil {
+		// Metadata for the history, outside what the mutators saw: deciding
+		// stays deterministic.
+		d.Version.DecidedAt = time.Now().UnixMilli()
+	}
 	switch d.Kind {
 	case model.Applied, model.Errored:
 		for i := range d.Chunks {

@@ -56,6 +56,9 @@ the projector's user may not create tables.`,
 					state = "applied"
 				}
 				fmt.Fprintf(out, "%04d_%s  %s\n", r.Version, r.Name, state)
+				for _, c := range r.Kept {
+					fmt.Fprintf(out, "  %s keeps its type: this ClickHouse alters no key column (times are still stored in UTC; see docs/analytics.md)\n", c)
+				}
 			}
 			if err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -23,6 +24,7 @@ type pipelineFlags struct {
 	project     string
 	json        bool
 	idleTimeout time.Duration
+	principal   string
 }
 
 func (f *pipelineFlags) register(cmd *cobra.Command) {
@@ -33,6 +35,8 @@ func (f *pipelineFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout, and no progress bar")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", pipeline.DefaultIdleTimeout,
 		"give up when the sequencer decides nothing of what the job produced for this long (run the job again to resume)")
+	fs.StringVar(&f.principal, "principal", "",
+		"who runs the job, recorded with every mutation it sends (default os:<your user name>)")
 }
 
 // setup checks the shared flags and returns the job's config, the project
@@ -55,11 +59,18 @@ func (f *pipelineFlags) setup(cmd *cobra.Command, g *globalFlags, clientID strin
 	if f.idleTimeout <= 0 {
 		return pipeline.Config{}, pipeline.ProjectRef{}, nil, usageError{fmt.Errorf("--idle-timeout %s: give a positive duration", f.idleTimeout)}
 	}
+	principal := f.principal
+	if principal == "" {
+		if u, err := user.Current(); err == nil {
+			principal = "os:" + u.Username
+		}
+	}
 	cfg := pipeline.Config{
 		Kafka:       kafka.ClientConfig{Brokers: f.brokers, ClientID: clientID},
 		Topics:      kafka.DefaultTopicNames().WithPrefix(f.topicPrefix),
 		IdleTimeout: f.idleTimeout,
 		Log:         log,
+		Principal:   principal,
 	}
 	bars := newProgressBars(cmd.ErrOrStderr(), f.json)
 	cfg.Progress = bars.report

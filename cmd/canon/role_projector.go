@@ -12,8 +12,6 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 
 	"github.com/canon-sync/canon/internal/kafka"
@@ -228,7 +226,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, f *backfillFlags, log 
 		return fmt.Errorf("backfill with group %s (run again with --group %s to resume): %w", group, group, err)
 	}
 	if !f.keep {
-		if err := deleteGroup(ctx, kcfg, group); err != nil {
+		if err := history.DeleteGroup(ctx, kcfg, group); err != nil {
 			return fmt.Errorf("backfill complete, but its group %s was not deleted: %w", group, err)
 		}
 	}
@@ -237,21 +235,4 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, f *backfillFlags, log 
 			pr.Done, cfg.Topics.Versions, pr.Rows, f.ch.database, pr.Elapsed.Round(time.Millisecond))
 	}
 	return nil
-}
-
-func deleteGroup(ctx context.Context, kcfg kafka.ClientConfig, group string) error {
-	opts, err := kcfg.Aux("admin").Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	res, err := kadm.NewClient(cl).DeleteGroup(ctx, group)
-	if err != nil {
-		return err
-	}
-	return res.Err
 }

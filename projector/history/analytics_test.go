@@ -1,16 +1,21 @@
 package history
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
 )
 
 var (
@@ -57,10 +62,35 @@ func scenario(t testing.TB) []mut {
 		m("roadmap", "main", "alice", "item.put", obj{"collection": "tasks", "id": "t3", "data": obj{"title": "Plan"}}, min(day2, 3)),
 		m("roadmap", "exp", "carol", "branch.create", obj{"from": "main", "version": 6}, min(day2, 60)),
 		m("roadmap", "exp", "carol", "project.set", obj{"name": "Experiment"}, min(day2, 61)),
+		m("roadmap", "exp", "carol", "item.put", obj{"collection": "tasks", "id": "t4", "data": obj{"title": "Try", "done": true}}, min(day2, 62)),
+		m("roadmap", "exp", "carol", "item.delete", obj{"collection": "tasks", "id": "t1"}, min(day2, 63)),
+		// What `canon rebase` sends: main's versions 2 and 3 onto main@1 as
+		// branch rb, run by dana a day later; the re-sent mutations keep
+		// their original times, and say where they come from.
+		rebased(m("roadmap", "rb", "canon-rebase", "branch.create", obj{"from": "main", "version": 1}, min(day2, 120)), nil),
+		rebased(m("roadmap", "rb", "alice", "item.put", obj{"collection": "tasks", "id": "t1", "meta": obj{"owner": "alice"}, "data": obj{"title": "Ship", "done": false}}, min(day1, 1)),
+			&schemas.Origin{Branch: "main", Version: 2, Client: "alice", ID: 2}),
+		rebased(m("roadmap", "rb", "bob", "item.patch", obj{"collection": "tasks", "id": "t1", "data": obj{"done": true}}, min(day1, 2)),
+			&schemas.Origin{Branch: "main", Version: 3, Client: "bob", ID: 1}),
 		m("wiki", "main", "bob", "item.put", obj{"collection": "pages", "id": "p1", "data": obj{"text": "hello"}}, day1.Add(3*time.Hour)),
 		m("wiki", "main", "bob", "item.patch", obj{"collection": "pages", "id": "p1", "data": obj{"text": "hello world"}}, day1.Add(3*time.Hour+time.Minute)),
 		m("wiki", "main", "bob", "foo.bar", obj{}, day1.Add(3*time.Hour+2*time.Minute)),
 	}
+}
+
+// rebasedJob is the run of `canon rebase` in the scenario.
+var rebasedJob = schemas.Job{Kind: "rebase", Principal: "user:dana", At: day2.Add(2 * time.Hour).UnixMilli()}
+
+// rebased makes a scenario mutation one that the rebase job sent, as the
+// pipeline does: no principal or receipt of its own, the job, and the
+// mutation it re-sends.
+func rebased(m mut, origin *schemas.Origin) mut {
+	j := rebasedJob
+	m.Principal, m.ReceivedAt, m.Job, m.Origin = "", 0, &j, origin
+	if m.Client == "canon-rebase" {
+		m.ClientGroup, m.TS = "canon-pipeline", 0
+	}
+	return m
 }
 
 // docQueries reads the example queries of docs/analytics.md: each SQL
@@ -127,7 +157,7 @@ func TestAnalyticsQueries(t *testing.T) {
 	f := newFixture(t, ctx, 3)
 	ms := scenario(t)
 	f.produce(t, ctx, ms)
-	f.runSequencer(t, ctx)
+	st := f.runSequencer(t, ctx)
 	content := f.readVersions(t, ctx, len(ms))
 
 	runProjector(t, ctx, f.projectorConfig(t))
@@ -150,9 +180,16 @@ func TestAnalyticsQueries(t *testing.T) {
 			t1Hash = v.Items[0].Hash
 		}
 	}
-	st := storage(content, content.sizes)
+	var t4Hash string
+	for _, v := range content.versions {
+		if v.Project == "roadmap" && v.Branch == "exp" && v.Version == 3 {
+			t4Hash = v.Items[0].Hash
+		}
+	}
+	argsLen := func(i int) string { return fmt.Sprint(len(ms[i].Args)) }
+	stored := storage(content, content.sizes)
 	storageRow := func(project string) []string {
-		s := st["acme/"+project]
+		s := stored["acme/"+project]
 		return []string{"acme", project, fmt.Sprint(s[0]), fmt.Sprint(s[1]), fmt.Sprint(s[2]), fmt.Sprint(s[1] - s[2])}
 	}
 	want := map[string][][]string{
@@ -171,42 +208,67 @@ func TestAnalyticsQueries(t *testing.T) {
 		},
 		"who_edited_what": {
 			{"alice", "docs", "d1", "1"},
-			{"alice", "tasks", "t1", "1"},
+			{"alice", "tasks", "t1", "2"},
 			{"alice", "tasks", "t3", "1"},
 			{"bob", "docs", "d1", "1"},
 			{"bob", "pages", "p1", "2"},
-			{"bob", "tasks", "t1", "2"},
+			{"bob", "tasks", "t1", "3"},
+			{"carol", "tasks", "t1", "1"},
+			{"carol", "tasks", "t4", "1"},
 		},
 		"error_rate_by_mutator": {
-			{"branch.create", "1", "0", "0"},
+			{"branch.create", "2", "0", "0"},
 			{"foo.bar", "1", "1", "1"},
-			{"item.delete", "1", "0", "0"},
-			{"item.patch", "3", "1", "0.33"},
-			{"item.put", "4", "0", "0"},
+			{"item.delete", "2", "0", "0"},
+			{"item.patch", "4", "1", "0.25"},
+			{"item.put", "6", "0", "0"},
 			{"item.splice", "1", "0", "0"},
 			{"project.set", "4", "0", "0"},
 		},
 		"busiest_projects": {
-			{"acme", "roadmap", "12", "12", "3"},
+			{"acme", "roadmap", "17", "17", "4"},
 			{"acme", "wiki", "3", "3", "1"},
+		},
+		"items_as_of_branch_version": {
+			{"docs", "d1", "put", "main", "6", d1Hash},
+			{"tasks", "t4", "put", "exp", "3", t4Hash},
+		},
+		"tasks_done": {{"1", "1"}},
+		"item_lineage": {
+			{"2", "put", "alice", "user:alice", "item.put", "2"},
+			{"3", "put", "bob", "user:bob", "item.patch", "1"},
+			{"8", "delete", "bob", "user:bob", "item.delete", "4"},
+		},
+		"mutations_of_an_item": {
+			{"5", "alice", "item.put", argsLen(4), argsLen(4)},
+			{"6", "bob", "item.splice", argsLen(5), argsLen(5)},
+		},
+		"rebased_mutations": {
+			{"rb", "2", "main", "2", "alice", "2", "user:alice", "rebase", "user:dana", "applied", "applied"},
+			{"rb", "3", "main", "3", "bob", "1", "user:bob", "rebase", "user:dana", "applied", "applied"},
+		},
+		"error_rate_by_code": {
+			{"foo.bar", "unknown_mutator", "1", "1"},
+			{"item.patch", "not_found", "1", "1"},
 		},
 		"storage_saved_by_chunking": {storageRow("roadmap"), storageRow("wiki")},
 		"client_to_applied": {
-			{"alice", "6", "200", "200"},
-			{"bob", "7", "1000", "1000"},
-			{"carol", "2", "3000", "3000"},
+			{"alice", "7", "200", "200"},
+			{"bob", "8", "1000", "1000"},
+			{"carol", "4", "3000", "3000"},
 		},
 		"versions_per_day": {
-			{"2026-03-02", "9", "2"},
-			{"2026-03-03", "6", "1"},
+			{"2026-03-02", "11", "2"},
+			{"2026-03-03", "9", "1"},
 		},
 		"client_activity_daily": {
-			{"2026-03-02", "roadmap", "alice", "3", "3", "0", "3"},
-			{"2026-03-02", "roadmap", "bob", "3", "2", "1", "3"},
+			{"2026-03-02", "roadmap", "alice", "4", "4", "0", "4"},
+			{"2026-03-02", "roadmap", "bob", "4", "3", "1", "4"},
 			{"2026-03-02", "wiki", "bob", "3", "2", "1", "3"},
 			{"2026-03-03", "roadmap", "alice", "3", "3", "0", "3"},
 			{"2026-03-03", "roadmap", "bob", "1", "1", "0", "1"},
-			{"2026-03-03", "roadmap", "carol", "2", "2", "0", "2"},
+			{"2026-03-03", "roadmap", "canon-rebase", "1", "1", "0", "1"},
+			{"2026-03-03", "roadmap", "carol", "4", "4", "0", "4"},
 		},
 		"scalar_history": {
 			{"exp", "2", "name", "set", `"Experiment"`, `"Roadmap"`},
@@ -217,26 +279,65 @@ func TestAnalyticsQueries(t *testing.T) {
 	}
 	// The storage example must show chunking at work: the splice of the
 	// 100 KB body stored a few KB, not 100 KB again.
-	if s := st["acme/roadmap"]; s[1]-s[2] < 90_000 {
+	if s := stored["acme/roadmap"]; s[1]-s[2] < 90_000 {
 		t.Fatalf("roadmap puts wrote %d bytes and stored %d: chunking saved too little for the example", s[1], s[2])
 	}
+
+	// Times of the sequencer vary from run to run: these answers are
+	// checked by their number of rows, and equal on both ClickHouses.
+	wantRows := map[string]int{"time_inside_canon": 3}
 
 	queries := docQueries(t)
 	if len(queries) < 8 {
 		t.Fatalf("docs/analytics.md has %d example queries, want at least 8", len(queries))
 	}
+	// The same rows on a current ClickHouse, through the same migrations:
+	// every query must answer the same there.
+	cur := testenv.NewCurrentClickHouse(t)
+	if _, err := MigrateSession(ctx, cur, f.db); err != nil {
+		t.Fatalf("migrate ClickHouse %s: %v", cur.Version, err)
+	}
+	copyRows(t, ctx, f, cur)
+	readme := readmeQueries(t, f.db)
 	check := func(round string) {
 		t.Helper()
 		for name, q := range queries {
 			w, ok := want[name]
+			got := queryStrings(t, ctx, f, sqlFor(f.db, q))
+			if n, counted := wantRows[name]; counted {
+				if len(got) != n {
+					t.Errorf("%s: query %s answered %d rows, want %d: %v", round, name, len(got), n, got)
+				}
+				w, ok = got, true
+			}
 			if !ok {
 				t.Errorf("query %s of docs/analytics.md has no expected answer in this test", name)
 				continue
 			}
-			got := queryStrings(t, ctx, f, sqlFor(f.db, q))
 			if !slices.EqualFunc(got, w, slices.Equal) {
 				t.Errorf("%s: query %s answered\n%v\nwant\n%v", round, name, got, w)
 			}
+			gotCur, err := cur.Query(ctx, sqlFor(f.db, q))
+			if err != nil {
+				t.Errorf("%s: query %s on ClickHouse %s: %v", round, name, cur.Version, err)
+			} else if !slices.EqualFunc(gotCur, w, slices.Equal) {
+				t.Errorf("%s: query %s answered on ClickHouse %s\n%v\nwant\n%v", round, name, cur.Version, gotCur, w)
+			}
+		}
+		for i, q := range readme {
+			old := queryStrings(t, ctx, f, q)
+			got, err := cur.Query(ctx, q)
+			switch {
+			case err != nil:
+				t.Errorf("%s: README query %d on ClickHouse %s: %v", round, i+1, cur.Version, err)
+			case len(old) == 0:
+				t.Errorf("%s: README query %d answered nothing: %s", round, i+1, q)
+			case !slices.EqualFunc(got, old, slices.Equal):
+				t.Errorf("%s: README query %d answered on 18.16\n%v\nand on %s\n%v", round, i+1, old, cur.Version, got)
+			}
+		}
+		for name := range wantRows {
+			want[name] = nil
 		}
 		for name := range want {
 			if _, ok := queries[name]; !ok {
@@ -245,6 +346,8 @@ func TestAnalyticsQueries(t *testing.T) {
 		}
 	}
 	check("after the projector")
+	checkAsOfBranches(t, ctx, f, cur, st, queries["items_as_of_branch_version"])
+	checkContent(t, ctx, f, st)
 
 	// A backfill with its own group inserts every row again.
 	before := rowCount(t, ctx, f, "mutations")
@@ -258,10 +361,37 @@ func TestAnalyticsQueries(t *testing.T) {
 	if pr.Done != pr.Total || pr.Total == 0 || pr.Rows == 0 {
 		t.Fatalf("backfill ended at %+v", pr)
 	}
+	if err := DeleteGroup(ctx, cfg.Kafka, cfg.Group); err != nil {
+		t.Fatalf("delete the backfill's group: %v", err)
+	}
 	if after := rowCount(t, ctx, f, "mutations"); after < before+uint64(len(ms)) && !mergedAway(t, ctx, f) {
 		t.Fatalf("mutations holds %d rows before the backfill and %d after: the backfill inserted nothing", before, after)
 	}
+	copyRows(t, ctx, f, cur)
 	check("after a backfill inserted every row again")
+}
+
+// readmeQueries reads the SQL of the README's analysts section, made to
+// ask about the scenario's project and the test's database.
+func readmeQueries(t *testing.T, db string) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)### Query the history.*?```sql\n(.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README.md has no SQL block under \"Query the history\"")
+	}
+	var out []string
+	for q := range strings.SplitSeq(string(m[1]), ";") {
+		if strings.TrimSpace(q) == "" {
+			continue
+		}
+		out = append(out, strings.NewReplacer("canon.", db+".", "FROM canon\n", "FROM "+db+"\n", "'dev'", "'acme'", "'demo'", "'roadmap'",
+			"'notes'", "'tasks'", "'n1'", "'t1'").Replace(q+"\n"))
+	}
+	return out
 }
 
 // rowCount counts a table's rows without FINAL: duplicates included
@@ -285,4 +415,132 @@ func mergedAway(t testing.TB, ctx context.Context, f *fixture) bool {
 		t.Fatal(err)
 	}
 	return parts <= 1
+}
+
+// copyRows sends every row of the history tables (duplicates included)
+// from the 18.16 server to the current ClickHouse, as JSONEachRow. The
+// views there derive their rows from these inserts.
+func copyRows(t *testing.T, ctx context.Context, f *fixture, cur *testenv.CurrentClickHouse) {
+	t.Helper()
+	conn := f.ch.Conn(t, f.db)
+	for _, tb := range []string{versionsTable.name, mutationsTable.name, itemsTable.name, scalarsTable.name,
+		bodiesTable.name, chunksTable.name, branchesTable.name} {
+		rs, err := conn.Query(ctx, "SELECT * FROM "+f.db+"."+tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cts := rs.ColumnTypes()
+		var buf bytes.Buffer
+		for rs.Next() {
+			vals := make([]any, len(cts))
+			for i, ct := range cts {
+				vals[i] = newScanValue(ct.ScanType())
+			}
+			if err := rs.Scan(vals...); err != nil {
+				t.Fatal(err)
+			}
+			row := map[string]any{}
+			for i, v := range vals {
+				v = reflect.ValueOf(v).Elem().Interface()
+				if ts, ok := v.(time.Time); ok {
+					v = ts.UTC().Format("2006-01-02 15:04:05.000")
+				}
+				row[cts[i].Name()] = v
+			}
+			b, err := json.Marshal(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rs.Close()
+		if err := cur.Insert(ctx, f.db+"."+tb, buf.Bytes()); err != nil {
+			t.Fatalf("copy %s to ClickHouse %s: %v", tb, cur.Version, err)
+		}
+	}
+}
+
+// checkAsOfBranches runs the documented as-of query for every version of
+// every branch of acme/roadmap, on both ClickHouses, and compares its
+// items and body hashes with the store's state at that version: what the
+// read API serves.
+func checkAsOfBranches(t *testing.T, ctx context.Context, f *fixture, cur *testenv.CurrentClickHouse, st *store.Store, query string) {
+	t.Helper()
+	heads := queryStrings(t, ctx, f, "SELECT branch, max(version) FROM "+f.db+".versions FINAL WHERE org = 'acme' AND project = 'roadmap' GROUP BY branch ORDER BY branch")
+	if len(heads) != 3 {
+		t.Fatalf("branches of acme/roadmap: %v, want main, exp and rb", heads)
+	}
+	for _, h := range heads {
+		branch := h[0]
+		var head uint64
+		fmt.Sscan(h[1], &head)
+		for v := uint64(1); v <= head; v++ {
+			q := strings.NewReplacer("branch = 'exp'", "branch = '"+branch+"'", "if(depth = 0, 4, upto)", fmt.Sprintf("if(depth = 0, %d, upto)", v)).
+				Replace(sqlFor(f.db, query))
+			var got [][]string
+			for _, r := range queryStrings(t, ctx, f, q) {
+				got = append(got, []string{r[0], r[1], r[5]})
+			}
+			state, err := st.StateAt("acme", "roadmap", branch, v, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want [][]string
+			for _, refs := range state.Collections {
+				for _, r := range refs {
+					want = append(want, []string{r.Collection, r.ID, r.Hash})
+				}
+			}
+			slices.SortFunc(want, func(a, b []string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) })
+			if !slices.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("%s@%d: the as-of query answered %v, the read API's state has %v", branch, v, got, want)
+			}
+			gotCur, err := cur.Query(ctx, q)
+			if err != nil {
+				t.Fatalf("%s@%d on ClickHouse %s: %v", branch, v, cur.Version, err)
+			}
+			if old := queryStrings(t, ctx, f, q); !slices.EqualFunc(gotCur, old, slices.Equal) {
+				t.Errorf("%s@%d: ClickHouse %s answered %v, 18.16 %v", branch, v, cur.Version, gotCur, old)
+			}
+		}
+	}
+}
+
+// checkContent checks what the history adds for analysts: every body
+// is there whole, equal to the store's; the sequencer's times are set and
+// in order.
+func checkContent(t *testing.T, ctx context.Context, f *fixture, st *store.Store) {
+	t.Helper()
+	if got := queryStrings(t, ctx, f, "SELECT count() FROM "+f.db+".item_changes FINAL WHERE op = 'put' AND hash NOT IN (SELECT hash FROM "+
+		f.db+".bodies)"); got[0][0] != "0" {
+		t.Errorf("%s puts have no body in the bodies table", got[0][0])
+	}
+	if got := queryStrings(t, ctx, f, "SELECT count() FROM "+f.db+".bodies FINAL"); got[0][0] != fmt.Sprint(len(queryStrings(t, ctx, f,
+		"SELECT DISTINCT org, project, hash FROM "+f.db+".item_changes FINAL WHERE op = 'put'"))) {
+		t.Errorf("bodies holds %s rows, not one per distinct body", got[0][0])
+	}
+	state, err := st.StateAt("acme", "roadmap", "main", 6, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for hash, body := range state.Bodies {
+		got := queryStrings(t, ctx, f, "SELECT body FROM "+f.db+".bodies FINAL WHERE org = 'acme' AND project = 'roadmap' AND hash = '"+hash+"'")
+		if len(got) != 1 || got[0][0] != string(body) {
+			t.Errorf("body %s in ClickHouse differs from the store's (%d bytes)", hash, len(body))
+		}
+	}
+	for _, tb := range []string{"versions", "mutations"} {
+		bad := queryStrings(t, ctx, f, "SELECT count() FROM "+f.db+"."+tb+" FINAL WHERE decided_ms = 0 OR committed_ms < decided_ms")
+		if bad[0][0] != "0" {
+			t.Errorf("%s rows of %s have no decided time or were committed before they were decided", bad[0][0], tb)
+		}
+	}
+	if bad := queryStrings(t, ctx, f, "SELECT count() FROM "+f.db+".mutations FINAL WHERE received_ms > 0 AND "+
+		"(decided_ms < received_ms OR applied_ms = decided_ms)"); bad[0][0] != "0" {
+		t.Errorf("%s mutations were decided before they were received", bad[0][0])
+	}
 }

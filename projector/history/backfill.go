@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/internal/kafka"
 )
 
 // Progress is how far a backfill is.
@@ -57,6 +60,12 @@ func Backfill(ctx context.Context, cfg Config, interval time.Duration, report fu
 		return Progress{}, fmt.Errorf("backfill: end offsets of %s: %w", topic, err)
 	}
 	prior, err := adm.FetchOffsets(ctx, cfg.Group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// Kafka answers a group that never committed with no offsets, the
+		// embedded broker of `canon dev` (kfake) with this error: both
+		// mean the backfill starts from the earliest offsets.
+		prior, err = kadm.OffsetResponses{}, nil
+	}
 	if err != nil {
 		return Progress{}, fmt.Errorf("backfill: committed offsets of group %s: %w", cfg.Group, err)
 	}
@@ -125,4 +134,26 @@ func Backfill(ctx context.Context, cfg Config, interval time.Duration, report fu
 		case <-t.C:
 		}
 	}
+}
+
+// DeleteGroup deletes a backfill's consumer group once it completed. A
+// group that is already gone is no error.
+func DeleteGroup(ctx context.Context, kcfg kafka.ClientConfig, group string) error {
+	opts, err := kcfg.Aux("admin").Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	res, err := kadm.NewClient(cl).DeleteGroup(ctx, group)
+	if err != nil {
+		return fmt.Errorf("delete group %s: %w", group, err)
+	}
+	if res.Err != nil && !errors.Is(res.Err, kerr.GroupIDNotFound) {
+		return fmt.Errorf("delete group %s: %w", group, res.Err)
+	}
+	return nil
 }

@@ -130,7 +130,7 @@ func columnLen(c any) int {
 	}
 }
 
-// insertAll inserts a batch into the four tables, concurrently. A failure
+// insertAll inserts a batch into the tables, concurrently. A failure
 // leaves some tables with the batch and some without: the caller retries
 // the whole batch, and the tables' keys collapse what arrived twice.
 func (w *writer) insertAll(ctx context.Context, b *rows) error {
@@ -139,7 +139,70 @@ func (w *writer) insertAll(ctx context.Context, b *rows) error {
 	g.Go(func() error { return w.insert(gctx, mutationsTable, b.mutations.columns()) })
 	g.Go(func() error { return w.insert(gctx, itemsTable, b.items.columns()) })
 	g.Go(func() error { return w.insert(gctx, scalarsTable, b.scalars.columns()) })
+	g.Go(func() error { return w.insert(gctx, bodiesTable, b.bodies.columns()) })
+	g.Go(func() error { return w.insert(gctx, chunksTable, b.chunks.columns()) })
+	g.Go(func() error { return w.insert(gctx, branchesTable, b.branches.columns()) })
 	return g.Wait()
+}
+
+// chunksIn reads chunks of a project by hash from the chunks table;
+// hashes are hex, checked by the decoder.
+func (w *writer) chunksIn(ctx context.Context, org, project string, hashes []string) (map[string][]byte, error) {
+	var in strings.Builder
+	for i, h := range hashes {
+		if !isHex(h) {
+			return nil, fmt.Errorf("chunk hash %q is not hex", h)
+		}
+		if i > 0 {
+			in.WriteByte(',')
+		}
+		in.WriteString("'" + h + "'")
+	}
+	rs, err := w.conn.Query(ctx, "SELECT hash, any(data) FROM "+w.db+".chunks WHERE org = ? AND project = ? AND hash IN ("+in.String()+") GROUP BY hash",
+		org, project)
+	if err != nil {
+		return nil, fmt.Errorf("read %d chunks of %s/%s: %w", len(hashes), org, project, err)
+	}
+	defer rs.Close()
+	out := map[string][]byte{}
+	for rs.Next() {
+		var h, data string
+		if err := rs.Scan(&h, &data); err != nil {
+			return nil, err
+		}
+		out[h] = []byte(data)
+	}
+	return out, rs.Err()
+}
+
+// ancestorsOf reads a branch's ancestry from the branches table; none
+// when the table does not have it.
+func (w *writer) ancestorsOf(ctx context.Context, org, project, branch string) ([]ancestor, error) {
+	rs, err := w.conn.Query(ctx, "SELECT ancestor, depth, upto FROM "+w.db+".branches FINAL WHERE org = ? AND project = ? AND branch = ? ORDER BY depth",
+		org, project, branch)
+	if err != nil {
+		return nil, fmt.Errorf("read the ancestry of %s/%s@%s: %w", org, project, branch, err)
+	}
+	defer rs.Close()
+	var out []ancestor
+	for rs.Next() {
+		var a ancestor
+		if err := rs.Scan(&a.branch, &a.depth, &a.upto); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rs.Err()
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // scalarsAt reads the scalars of a version from the versions table; ok is

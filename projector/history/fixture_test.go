@@ -97,8 +97,8 @@ func (f *fixture) produce(t testing.TB, ctx context.Context, ms []mut) {
 }
 
 // runSequencer runs the real sequencer in this process until the test
-// ends.
-func (f *fixture) runSequencer(t testing.TB, ctx context.Context) {
+// ends, and returns its store: what the read API serves.
+func (f *fixture) runSequencer(t testing.TB, ctx context.Context) *store.Store {
 	t.Helper()
 	st, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: f.info.Partitions})
 	if err != nil {
@@ -119,6 +119,7 @@ func (f *fixture) runSequencer(t testing.TB, ctx context.Context) {
 		}
 		st.Close()
 	})
+	return st
 }
 
 // changelogContent is what canon.versions holds, read_committed.

@@ -106,6 +106,10 @@ type MigrationResult struct {
 	// Applied is true when this run applied it, false when it was
 	// recorded already.
 	Applied bool
+	// Kept lists the key columns whose type change this server refused
+	// (ClickHouse 18.16 alters no column of a sorting or partition key):
+	// they keep their type.
+	Kept []string
 }
 
 // migrationsTable records the applied migrations.
@@ -117,6 +121,86 @@ const migrationsTable = "schema_migrations"
 // changes nothing; two processes running it at once are harmless, since
 // every statement is idempotent.
 func Migrate(ctx context.Context, conn driver.Conn, db string) ([]MigrationResult, error) {
+	return migrate(ctx, nativeTarget{conn}, db)
+}
+
+// SQLSession is a ClickHouse that takes statements as text and answers
+// rows as text, such as the current ClickHouse the tests embed with chdb.
+type SQLSession interface {
+	Exec(ctx context.Context, query string) error
+	Query(ctx context.Context, query string) ([][]string, error)
+}
+
+// MigrateSession is Migrate on a SQLSession.
+func MigrateSession(ctx context.Context, s SQLSession, db string) ([]MigrationResult, error) {
+	return migrate(ctx, sessionTarget{s}, db)
+}
+
+// migrationTarget is what migrate needs of a ClickHouse: the native
+// protocol of 18.16 inserts only through batches, a text session only
+// through SQL.
+type migrationTarget interface {
+	exec(ctx context.Context, query string) error
+	strings(ctx context.Context, query string) ([][]string, error)
+	record(ctx context.Context, db string, m Migration) error
+}
+
+type nativeTarget struct{ conn driver.Conn }
+
+func (t nativeTarget) exec(ctx context.Context, q string) error { return t.conn.Exec(ctx, q) }
+
+func (t nativeTarget) strings(ctx context.Context, q string) ([][]string, error) {
+	rs, err := t.conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out [][]string
+	for rs.Next() {
+		var a, b string
+		if err := rs.Scan(&a, &b); err != nil {
+			return nil, err
+		}
+		out = append(out, []string{a, b})
+	}
+	return out, rs.Err()
+}
+
+func (t nativeTarget) record(ctx context.Context, db string, m Migration) error {
+	batch, err := t.conn.PrepareBatch(ctx, "INSERT INTO "+db+"."+migrationsTable+" (version, name, checksum, applied_at)")
+	if err != nil {
+		return err
+	}
+	if err := batch.Append(m.Version, m.Name, m.Checksum, time.Now().UTC()); err != nil {
+		return err
+	}
+	return batch.Send()
+}
+
+type sessionTarget struct{ s SQLSession }
+
+func (t sessionTarget) exec(ctx context.Context, q string) error { return t.s.Exec(ctx, q) }
+
+func (t sessionTarget) strings(ctx context.Context, q string) ([][]string, error) {
+	return t.s.Query(ctx, q)
+}
+
+func (t sessionTarget) record(ctx context.Context, db string, m Migration) error {
+	// Name and checksum are [a-z0-9_] and hex: nothing to escape.
+	return t.s.Exec(ctx, fmt.Sprintf("INSERT INTO %s.%s (version, name, checksum, applied_at) VALUES (%d, '%s', '%s', now())",
+		db, migrationsTable, m.Version, m.Name, m.Checksum))
+}
+
+// addColumn matches the one ALTER form migrations use. ClickHouse 18.16
+// has no ADD COLUMN IF NOT EXISTS, so migrate makes it idempotent itself:
+// a column the table has already is not added again.
+var addColumn = regexp.MustCompile(`^ALTER TABLE \{db\}\.([a-z_0-9]+) ADD COLUMN ([a-z_0-9]+) `)
+
+// modifyColumn matches a type change; one of a key column is refused by
+// ClickHouse 18.16 with "trying to ALTER key column" (Code 44) and kept.
+var modifyColumn = regexp.MustCompile(`^ALTER TABLE \{db\}\.([a-z_0-9]+) MODIFY COLUMN ([a-z_0-9]+) `)
+
+func migrate(ctx context.Context, t migrationTarget, db string) ([]MigrationResult, error) {
 	if err := ValidateDatabase(db); err != nil {
 		return nil, err
 	}
@@ -124,21 +208,25 @@ func Migrate(ctx context.Context, conn driver.Conn, db string) ([]MigrationResul
 	if err != nil {
 		return nil, err
 	}
-	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db); err != nil {
+	if err := t.exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", db, err)
 	}
-	if err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+db+"."+migrationsTable+
+	if err := t.exec(ctx, "CREATE TABLE IF NOT EXISTS "+db+"."+migrationsTable+
 		" (version UInt32, name String, checksum String, applied_at DateTime)"+
 		" ENGINE = ReplacingMergeTree() ORDER BY version"); err != nil {
 		return nil, fmt.Errorf("create %s.%s: %w", db, migrationsTable, err)
 	}
-	applied, err := appliedMigrations(ctx, conn, db)
+	applied, err := t.strings(ctx, "SELECT toString(version), any(checksum) FROM "+db+"."+migrationsTable+" GROUP BY version")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s.%s: %w", db, migrationsTable, err)
+	}
+	sums := map[string]string{}
+	for _, r := range applied {
+		sums[r[0]] = r[1]
 	}
 	var out []MigrationResult
 	for _, m := range ms {
-		if sum, ok := applied[m.Version]; ok {
+		if sum, ok := sums[strconv.FormatUint(uint64(m.Version), 10)]; ok {
 			if sum != m.Checksum {
 				return out, fmt.Errorf("migration %04d_%s was applied to %s with another content (checksum %.12s, the binary has %.12s): "+
 					"migrations are never edited once released; add a new one", m.Version, m.Name, db, sum, m.Checksum)
@@ -146,41 +234,30 @@ func Migrate(ctx context.Context, conn driver.Conn, db string) ([]MigrationResul
 			out = append(out, MigrationResult{Migration: m})
 			continue
 		}
+		var kept []string
 		for i, st := range m.Statements {
-			if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+			if a := addColumn.FindStringSubmatch(st); a != nil {
+				has, err := t.strings(ctx, "SELECT name, type FROM system.columns WHERE database = '"+db+
+					"' AND table = '"+a[1]+"' AND name = '"+a[2]+"'")
+				if err != nil {
+					return out, fmt.Errorf("migration %04d_%s, statement %d: read the columns of %s.%s: %w", m.Version, m.Name, i+1, db, a[1], err)
+				}
+				if len(has) > 0 {
+					continue
+				}
+			}
+			if err := t.exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+				if mc := modifyColumn.FindStringSubmatch(st); mc != nil && strings.Contains(err.Error(), "ALTER key column") {
+					kept = append(kept, mc[1]+"."+mc[2])
+					continue
+				}
 				return out, fmt.Errorf("migration %04d_%s, statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+"."+migrationsTable+" (version, name, checksum, applied_at)")
-		if err != nil {
+		if err := t.record(ctx, db, m); err != nil {
 			return out, fmt.Errorf("record migration %04d: %w", m.Version, err)
 		}
-		if err := batch.Append(m.Version, m.Name, m.Checksum, time.Now().UTC()); err != nil {
-			return out, fmt.Errorf("record migration %04d: %w", m.Version, err)
-		}
-		if err := batch.Send(); err != nil {
-			return out, fmt.Errorf("record migration %04d: %w", m.Version, err)
-		}
-		out = append(out, MigrationResult{Migration: m, Applied: true})
+		out = append(out, MigrationResult{Migration: m, Applied: true, Kept: kept})
 	}
 	return out, nil
-}
-
-// appliedMigrations reads the recorded migrations: version → checksum.
-func appliedMigrations(ctx context.Context, conn driver.Conn, db string) (map[uint32]string, error) {
-	rs, err := conn.Query(ctx, "SELECT version, any(checksum) FROM "+db+"."+migrationsTable+" GROUP BY version")
-	if err != nil {
-		return nil, fmt.Errorf("read %s.%s: %w", db, migrationsTable, err)
-	}
-	defer rs.Close()
-	out := map[uint32]string{}
-	for rs.Next() {
-		var v uint32
-		var sum string
-		if err := rs.Scan(&v, &sum); err != nil {
-			return nil, fmt.Errorf("read %s.%s: %w", db, migrationsTable, err)
-		}
-		out[v] = sum
-	}
-	return out, rs.Err()
 }

@@ -149,6 +149,10 @@ type Projector struct {
 	// insertCtx bounds its retries.
 	inflight  *inflightBatch
 	insertCtx context.Context
+	// batchContent is the content of the batch (see content.go), cache
+	// what outlives batches.
+	batchContent batchContent
+	cache        contentCache
 	// failed is the error of a failed insert: after it nothing is
 	// committed any more, so that the batch is read again at the next
 	// start.
@@ -163,6 +167,7 @@ type inflightBatch struct {
 	err     error
 	offsets map[int32]kgo.EpochOffset
 	scalars map[versionKey]scalarSet
+	content batchContent
 	started time.Time
 }
 
@@ -212,6 +217,8 @@ func New(cfg Config) (*Projector, error) {
 		branches:     map[branchKey]cachedScalars{},
 		batchScalars: map[versionKey]scalarSet{},
 		insertCtx:    context.Background(),
+		batchContent: newBatchContent(),
+		cache:        newContentCache(),
 	}
 	opts, err := cfg.Kafka.Opts()
 	if err != nil {
@@ -474,6 +481,7 @@ func (p *Projector) handle(ctx context.Context, r *kgo.Record) error {
 		}
 		ps.chunkProject = project
 		ps.chunks[c.Hash] = &newChunk{size: int64(len(c.Data))}
+		p.addChunk(c, r.Offset)
 		return nil
 	case schemas.KindVersion:
 		v, err := schemas.DecodeVersion(schema, r.Value, p.cfg.Limits)
@@ -503,11 +511,15 @@ func (p *Projector) project(ctx context.Context, r *kgo.Record, ps *partState, v
 	if err != nil {
 		return err
 	}
+	bigArgs, err := p.content(ctx, v, r.Offset)
+	if err != nil {
+		return err
+	}
 	var chunks map[string]*newChunk
 	if ps.chunkProject == v.Org+"/"+v.Project {
 		chunks = ps.chunks
 	}
-	p.batch.addVersion(v, r.Partition, r.Offset, cur, curJSON, prev, chunks)
+	p.batch.addVersion(v, r.Partition, r.Offset, r.Timestamp.UnixMilli(), cur, curJSON, prev, chunks, bigArgs)
 	ps.chunks, ps.chunkProject, ps.firstChunk = nil, "", -1
 
 	bk := branchKey{v.Org, v.Project, v.Branch}
@@ -604,8 +616,11 @@ func (p *Projector) handoff(ctx context.Context) error {
 		return err
 	}
 	b, rejects := p.batch, p.rejects
-	f := &inflightBatch{done: make(chan struct{}), offsets: p.positions(), scalars: p.batchScalars, started: time.Now()}
+	f := &inflightBatch{done: make(chan struct{}), offsets: p.positions(), scalars: p.batchScalars, content: p.batchContent,
+		started: time.Now()}
 	p.batch, p.rejects, p.batchScalars, p.dirty = rows{}, nil, map[versionKey]scalarSet{}, 0
+	p.batchContent = newBatchContent()
+	p.cache.prune()
 	p.inflight = f
 	ictx := p.insertCtx
 	go func() {
@@ -653,6 +668,9 @@ func (p *Projector) insert(ctx context.Context, b *rows, rejects []*kgo.Record) 
 		p.m.rows.WithLabelValues(mutationsTable.name).Add(float64(len(b.mutations.org)))
 		p.m.rows.WithLabelValues(itemsTable.name).Add(float64(len(b.items.org)))
 		p.m.rows.WithLabelValues(scalarsTable.name).Add(float64(len(b.scalars.org)))
+		p.m.rows.WithLabelValues(bodiesTable.name).Add(float64(len(b.bodies.org)))
+		p.m.rows.WithLabelValues(chunksTable.name).Add(float64(len(b.chunks.org)))
+		p.m.rows.WithLabelValues(branchesTable.name).Add(float64(len(b.branches.org)))
 	}
 	if len(rejects) > 0 {
 		if err := retry(ctx, p.cfg.Log, p.m.retries, "produce rejected records", func() error {

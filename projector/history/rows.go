@@ -29,12 +29,15 @@ type versionRows struct {
 	sourceOffset            []int64
 	kafkaPartition          []int32
 	kafkaOffset             []int64
+	decidedAt, committedAt  []time.Time
+	decidedMS, committedMS  []uint64
 }
 
 func (r *versionRows) columns() []any {
 	return []any{r.org, r.project, r.branch, r.version, r.parent, r.baseBranch, r.baseVersion, r.ts, r.tsMS,
 		r.scalars, r.stateHash, r.itemsChanged, r.mutations, r.applied, r.errored, r.newChunks, r.newBytes,
-		r.sourcePartition, r.sourceOffset, r.kafkaPartition, r.kafkaOffset}
+		r.sourcePartition, r.sourceOffset, r.kafkaPartition, r.kafkaOffset,
+		r.decidedAt, r.decidedMS, r.committedAt, r.committedMS}
 }
 
 type mutationRows struct {
@@ -55,12 +58,67 @@ type mutationRows struct {
 	sourcePartition           []int32
 	sourceOffset              []int64
 	kafkaOffset               []int64
+	errorCode                 []string
+	decidedAt, committedAt    []time.Time
+	decidedMS, committedMS    []uint64
+	jobKind, jobPrincipal     []string
+	jobAt                     []time.Time
+	jobMS                     []uint64
+	originProject             []string
+	originBranch              []string
+	originVersion             []uint64
+	originClient              []string
+	originID                  []uint64
 }
 
 func (r *mutationRows) columns() []any {
 	return []any{r.org, r.project, r.branch, r.version, r.seq, r.clientGroup, r.client, r.id, r.name, r.args,
 		r.argsHash, r.argsSize, r.status, r.errMsg, r.principal, r.clientTS, r.clientMS, r.receivedAt, r.receivedMS,
-		r.appliedAt, r.appliedMS, r.sourcePartition, r.sourceOffset, r.kafkaOffset}
+		r.appliedAt, r.appliedMS, r.sourcePartition, r.sourceOffset, r.kafkaOffset,
+		r.errorCode, r.decidedAt, r.decidedMS, r.committedAt, r.committedMS, r.jobKind, r.jobPrincipal, r.jobAt, r.jobMS,
+		r.originProject, r.originBranch, r.originVersion, r.originClient, r.originID}
+}
+
+// blobRows are the rows of bodies and of chunks: bytes by hash within a
+// project.
+type blobRows struct {
+	org, project, hash []string
+	size               []uint64
+	data               []string
+	kafkaOffset        []int64
+}
+
+func (r *blobRows) columns() []any {
+	return []any{r.org, r.project, r.hash, r.size, r.data, r.kafkaOffset}
+}
+
+func (r *blobRows) add(org, project, hash string, data []byte, offset int64) {
+	r.org = append(r.org, org)
+	r.project = append(r.project, project)
+	r.hash = append(r.hash, hash)
+	r.size = append(r.size, uint64(len(data)))
+	r.data = append(r.data, string(data))
+	r.kafkaOffset = append(r.kafkaOffset, offset)
+}
+
+type branchRows struct {
+	org, project, branch, ancestor []string
+	depth                          []uint32
+	upto                           []uint64
+	kafkaOffset                    []int64
+}
+
+func (r *branchRows) columns() []any {
+	return []any{r.org, r.project, r.branch, r.ancestor, r.depth, r.upto, r.kafkaOffset}
+}
+
+// ancestor is a branch a branch's state comes from: depth 0 is the branch
+// itself, 1 its base, 2 its base's base …; upto is the last version of it
+// that the branch sees (0 for the branch itself: all of them).
+type ancestor struct {
+	branch string
+	depth  uint32
+	upto   uint64
 }
 
 type itemRows struct {
@@ -104,15 +162,21 @@ type table struct {
 var (
 	versionsTable = table{"versions", []string{"org", "project", "branch", "version", "parent", "base_branch",
 		"base_version", "ts", "ts_ms", "scalars", "state_hash", "items_changed", "mutations", "mutations_applied",
-		"mutations_error", "new_chunks", "new_bytes", "source_partition", "source_offset", "kafka_partition", "kafka_offset"}}
+		"mutations_error", "new_chunks", "new_bytes", "source_partition", "source_offset", "kafka_partition", "kafka_offset",
+		"decided_at", "decided_ms", "committed_at", "committed_ms"}}
 	mutationsTable = table{"mutations", []string{"org", "project", "branch", "version", "seq", "client_group",
 		"client", "mutation_id", "name", "args", "args_hash", "args_size", "status", "error", "principal",
 		"client_ts", "client_ts_ms", "received_at", "received_ms", "applied_at", "applied_ms",
-		"source_partition", "source_offset", "kafka_offset"}}
+		"source_partition", "source_offset", "kafka_offset",
+		"error_code", "decided_at", "decided_ms", "committed_at", "committed_ms", "job_kind", "job_principal", "job_at", "job_ms",
+		"origin_project", "origin_branch", "origin_version", "origin_client", "origin_mutation_id"}}
 	itemsTable = table{"item_changes", []string{"org", "project", "branch", "version", "collection", "item_id",
 		"op", "meta", "hash", "size", "chunks", "new_chunks", "new_bytes", "ts", "ts_ms", "kafka_offset"}}
 	scalarsTable = table{"scalar_changes", []string{"org", "project", "branch", "version", "name", "op", "value",
 		"previous", "ts", "ts_ms", "kafka_offset"}}
+	bodiesTable   = table{"bodies", []string{"org", "project", "hash", "size", "body", "kafka_offset"}}
+	chunksTable   = table{"chunks", []string{"org", "project", "hash", "size", "data", "kafka_offset"}}
+	branchesTable = table{"branches", []string{"org", "project", "branch", "ancestor", "depth", "upto", "kafka_offset"}}
 )
 
 // Scalar change operations.
@@ -121,17 +185,35 @@ const (
 	ScalarDelete = "delete"
 )
 
-// rows is one batch of rows for the four history tables.
+// rows is one batch of rows for the history tables.
 type rows struct {
 	versions  versionRows
 	mutations mutationRows
 	items     itemRows
 	scalars   scalarRows
+	bodies    blobRows
+	chunks    blobRows
+	branches  branchRows
 }
 
 // len is the number of rows of all tables.
 func (b *rows) len() int {
-	return len(b.versions.org) + len(b.mutations.org) + len(b.items.org) + len(b.scalars.org)
+	return len(b.versions.org) + len(b.mutations.org) + len(b.items.org) + len(b.scalars.org) +
+		len(b.bodies.org) + len(b.chunks.org) + len(b.branches.org)
+}
+
+// addBranch appends the ancestry of a branch.
+func (b *rows) addBranch(org, project, branch string, as []ancestor, offset int64) {
+	r := &b.branches
+	for _, a := range as {
+		r.org = append(r.org, org)
+		r.project = append(r.project, project)
+		r.branch = append(r.branch, branch)
+		r.ancestor = append(r.ancestor, a.branch)
+		r.depth = append(r.depth, a.depth)
+		r.upto = append(r.upto, a.upto)
+		r.kafkaOffset = append(r.kafkaOffset, offset)
+	}
 }
 
 // newChunk is a chunk/v1 record seen before the version that uses it.
@@ -244,10 +326,16 @@ func nonNegative(ms int64) uint64 {
 // chunks are the chunk records that came just before it in its partition:
 // an item change's new chunks and bytes are those of its chunks among
 // them, each counted once.
-func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, cur scalarSet, curJSON string,
-	prev scalarSet, chunks map[string]*newChunk) {
+//
+// committed is the version record's timestamp (ms), written inside the
+// sequencer's transaction; bigArgs are the args kept as chunks,
+// reassembled, by their outcome's index (missing when they could not be).
+func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, committed int64, cur scalarSet, curJSON string,
+	prev scalarSet, chunks map[string]*newChunk, bigArgs map[int]string) {
 	ts := msTime(v.TS)
 	tsMS := nonNegative(v.TS)
+	decidedAt, decidedMS := msTime(v.DecidedAt), nonNegative(v.DecidedAt)
+	committedAt, committedMS := msTime(committed), nonNegative(committed)
 
 	var verNewChunks uint32
 	var verNewBytes uint64
@@ -302,7 +390,7 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, cur
 		}
 		if o.ArgsRef != nil {
 			claim(o.ArgsRef.Chunks)
-			args, argsHash, argsSize = "", o.ArgsRef.Hash, uint64(max(o.ArgsRef.Size, 0))
+			args, argsHash, argsSize = bigArgs[i], o.ArgsRef.Hash, uint64(max(o.ArgsRef.Size, 0))
 		}
 		mr.org = append(mr.org, v.Org)
 		mr.project = append(mr.project, v.Project)
@@ -328,6 +416,28 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, cur
 		mr.sourcePartition = append(mr.sourcePartition, v.Source.Partition)
 		mr.sourceOffset = append(mr.sourceOffset, o.Offset)
 		mr.kafkaOffset = append(mr.kafkaOffset, offset)
+		mr.errorCode = append(mr.errorCode, o.Code)
+		mr.decidedAt = append(mr.decidedAt, decidedAt)
+		mr.decidedMS = append(mr.decidedMS, decidedMS)
+		mr.committedAt = append(mr.committedAt, committedAt)
+		mr.committedMS = append(mr.committedMS, committedMS)
+		var job schemas.Job
+		if o.Job != nil {
+			job = *o.Job
+		}
+		mr.jobKind = append(mr.jobKind, job.Kind)
+		mr.jobPrincipal = append(mr.jobPrincipal, job.Principal)
+		mr.jobAt = append(mr.jobAt, msTime(job.At))
+		mr.jobMS = append(mr.jobMS, nonNegative(job.At))
+		var origin schemas.Origin
+		if o.Origin != nil {
+			origin = *o.Origin
+		}
+		mr.originProject = append(mr.originProject, origin.Project)
+		mr.originBranch = append(mr.originBranch, origin.Branch)
+		mr.originVersion = append(mr.originVersion, origin.Version)
+		mr.originClient = append(mr.originClient, origin.Client)
+		mr.originID = append(mr.originID, origin.ID)
 	}
 
 	sr := &b.scalars
@@ -371,4 +481,8 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, cur
 	vr.sourceOffset = append(vr.sourceOffset, v.Source.Offset)
 	vr.kafkaPartition = append(vr.kafkaPartition, partition)
 	vr.kafkaOffset = append(vr.kafkaOffset, offset)
+	vr.decidedAt = append(vr.decidedAt, decidedAt)
+	vr.decidedMS = append(vr.decidedMS, decidedMS)
+	vr.committedAt = append(vr.committedAt, committedAt)
+	vr.committedMS = append(vr.committedMS, committedMS)
 }
