@@ -24,6 +24,7 @@ type devFlags struct {
 	pprof       bool
 	kafkaListen string
 	clickhouse  devClickHouseFlags
+	corsOrigins []string
 }
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -62,10 +63,15 @@ else runs and the command that installs it is printed.`,
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", kafka.DefaultEmbeddedListen, "address of the embedded broker")
 	f.clickhouse.register(cmd)
+	registerCORSFlag(cmd, &f.corsOrigins, devCORSOrigins)
 	return cmd
 }
 
 func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logger) error {
+	cors, err := parseCORS(f.corsOrigins)
+	if err != nil {
+		return err
+	}
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -106,6 +112,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		return err
 	}
 	n.pprof = f.pprof
+	n.cors = cors
 	keysPath := filepath.Join(data, "keys.json")
 	keys, err := devKeyset(keysPath)
 	if err != nil {
