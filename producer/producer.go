@@ -219,8 +219,19 @@ func (p *Producer) Close() {
 
 // Mount adds the push endpoints to mux.
 func (p *Producer) Mount(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/projects/{org}/{project}/push", p.handlePush)
-	mux.HandleFunc("POST /replicache/v1/{org}/{project}/push", p.handleReplicachePush)
+	for pattern, h := range p.Routes() {
+		mux.HandleFunc(pattern, h)
+	}
+}
+
+// Routes are the push endpoints by http.ServeMux pattern ("METHOD
+// /path"). docs/openapi.yaml documents exactly these (readapi's tests
+// check it).
+func (p *Producer) Routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/projects/{org}/{project}/push":   p.handlePush,
+		"POST /replicache/v1/{org}/{project}/push": p.handleReplicachePush,
+	}
 }
 
 // Ready reports whether Kafka answers.
