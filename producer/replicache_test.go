@@ -90,6 +90,7 @@ func TestReplicachePushTakesAPrefix(t *testing.T) {
 	}
 	push(big)
 	took := int(countRecords(t, brokers, names.Mutations)) - 1100
+	t.Logf("a push of 45 mutations of 100 KB (%d bytes) took the first %d", len(big), took)
 	if took < 40 || took >= 45 {
 		t.Fatalf("a push of 45 mutations of 100 KB wrote %d of them, want the most that fit in %d bytes", took, DefaultMaxBodyBytes)
 	}

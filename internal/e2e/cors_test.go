@@ -31,14 +31,16 @@ async function call(what, url, init) {
     return {what, error: String(e)};
   }
 }
-function socket(url) {
+// socket subscribes and resolves on the first version (or on hello when
+// no version is to come: the push failed).
+function socket(url, versionToCome) {
   return new Promise((resolve) => {
     const ws = new WebSocket(url);
     const seen = [];
     ws.onmessage = (e) => {
       const m = JSON.parse(e.data);
       seen.push(m.type);
-      if (m.type === "version") { ws.close(); resolve({what: "ws", seen}); }
+      if (m.type === "version" || !versionToCome) { ws.close(); resolve({what: "ws", seen}); }
     };
     ws.onclose = (e) => resolve({what: "ws", seen, closed: e.code});
   });
@@ -57,7 +59,7 @@ async function run(base, token, project) {
       mutations: [{clientID: "rep-1", id: 1, name: "item.put", args: {collection: "notes", id: "n2", data: 2}, timestamp: 12.5}]})}));
   out.push(await call("replicache-pull", base + "/replicache/v1/acme/" + project + "/pull", {method: "POST", headers: rep,
     body: JSON.stringify({pullVersion: 1, clientGroupID: "rep", cookie: null, profileID: "p", schemaVersion: ""})}));
-  out.push(await socket(base.replace("http", "ws") + "/v1/projects/acme/" + project + "/ws?from=0&token=" + token));
+  out.push(await socket(base.replace("http", "ws") + "/v1/projects/acme/" + project + "/ws?from=0&token=" + token, out[0].status === 200));
   return JSON.stringify(out);
 }
 </script></body></html>`
