@@ -34,8 +34,9 @@ const (
 	// corsMethods are the methods of Canon's APIs.
 	corsMethods = "GET, POST"
 	// corsHeaders are the request headers browser apps send: the token,
-	// the JSON body, and the request id of Replicache's push and pull.
-	corsHeaders = "Authorization, Content-Type, X-Replicache-RequestID"
+	// the JSON body, the request id of Replicache's push and pull, and
+	// the ETag of a cached read to revalidate.
+	corsHeaders = "Authorization, Content-Type, X-Replicache-RequestID, If-None-Match"
 	// corsExposed are the answer headers a page may read besides the
 	// simple ones.
 	corsExposed = "ETag, Retry-After, WWW-Authenticate"

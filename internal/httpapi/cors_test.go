@@ -90,6 +90,7 @@ func TestCORSHandler(t *testing.T) {
 	if rec.Code != http.StatusNoContent || hd.Get("Access-Control-Allow-Origin") != "http://localhost:5173" ||
 		!strings.Contains(hd.Get("Access-Control-Allow-Headers"), "Authorization") ||
 		!strings.Contains(hd.Get("Access-Control-Allow-Headers"), "Content-Type") ||
+		!strings.Contains(hd.Get("Access-Control-Allow-Headers"), "If-None-Match") ||
 		!strings.Contains(hd.Get("Access-Control-Allow-Methods"), "POST") ||
 		hd.Get("Access-Control-Max-Age") == "" || !slices.Contains(hd.Values("Vary"), "Origin") || reached != 0 {
 		t.Fatalf("preflight: %d %v (handler reached %d times)", rec.Code, hd, reached)
