@@ -253,11 +253,8 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 // readBody checks the content type and reads at most MaxBodyBytes, into
 // buf, a buffer of bodies.
 func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte, buf *bytes.Buffer, _ *Error) {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
-		return nil, nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
-			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
-			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
+	if aerr := checkJSONType(r); aerr != nil {
+		return nil, nil, aerr
 	}
 	if r.ContentLength > p.cfg.MaxBodyBytes {
 		return nil, nil, p.bodyTooLarge(r.ContentLength)
@@ -272,7 +269,7 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength) + bytes.MinRead)
 	}
-	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, nil, p.bodyTooLarge(-1)
@@ -281,6 +278,17 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte
 		return nil, nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
 	}
 	return buf.Bytes(), buf, nil
+}
+
+// checkJSONType refuses a body that is not application/json.
+func checkJSONType(r *http.Request) *Error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
+			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
+	}
+	return nil
 }
 
 func (p *Producer) bodyTooLarge(n int64) *Error {
@@ -308,6 +316,11 @@ func decodeJSON(body []byte, v any, strict bool) *Error {
 			err = errors.New("data after the JSON object")
 		}
 	}
+	return decodeError(err)
+}
+
+// decodeError maps an error of encoding/json to a 400 naming the field.
+func decodeError(err error) *Error {
 	if err == nil {
 		return nil
 	}

@@ -35,6 +35,10 @@ const (
 	defaultMaxReplicacheID = 128
 )
 
+// DefaultMaxReplicacheBodyBytes bounds a Replicache push: 8 pushes' worth
+// of an offline backlog, of which one push's prefix is kept.
+const DefaultMaxReplicacheBodyBytes = 32 << 20
+
 // Config configures a Producer.
 type Config struct {
 	// Kafka holds the brokers, client id, logger and metrics registerer.
@@ -50,6 +54,13 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxBatch bounds the mutations of one request; default 1000.
 	MaxBatch int
+	// MaxReplicacheBodyBytes bounds the body of a Replicache push, which
+	// holds all of a client's pending mutations and so may be over
+	// MaxBodyBytes and MaxBatch: the longest prefix within those is taken,
+	// the rest is read and dropped for the next push to carry. The body is
+	// read as it arrives; what is kept is the prefix and the mutation being
+	// read. Default 32 MiB; never less than MaxBodyBytes.
+	MaxReplicacheBodyBytes int64
 	// Rate and Burst limit each principal's mutations per second; a
 	// request over it gets 429 with Retry-After. Default 1000/s, burst 5000.
 	Rate  float64
@@ -102,6 +113,9 @@ func (c *Config) setDefaults() {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
 	}
+	if c.MaxReplicacheBodyBytes == 0 {
+		c.MaxReplicacheBodyBytes = max(DefaultMaxReplicacheBodyBytes, c.MaxBodyBytes)
+	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
 	}
@@ -133,6 +147,10 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1<<10 || c.MaxBatch < 1 || c.Burst < 1 || c.Rate <= 0 {
 		errs = append(errs, fmt.Errorf("producer: limits must be positive (body %d, batch %d, rate %v, burst %d)", c.MaxBodyBytes, c.MaxBatch, c.Rate, c.Burst))
+	}
+	if c.MaxReplicacheBodyBytes < c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("producer: MaxReplicacheBodyBytes %d is below MaxBodyBytes %d: use 0 for the default (%d) or at least MaxBodyBytes",
+			c.MaxReplicacheBodyBytes, c.MaxBodyBytes, DefaultMaxReplicacheBodyBytes))
 	}
 	if c.Linger < 0 || c.Linger > time.Second {
 		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 (none, the default) to 1s", c.Linger))
@@ -210,8 +228,19 @@ func (p *Producer) Close() {
 
 // Mount adds the push endpoints to mux.
 func (p *Producer) Mount(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/projects/{org}/{project}/push", p.handlePush)
-	mux.HandleFunc("POST /replicache/v1/{org}/{project}/push", p.handleReplicachePush)
+	for pattern, h := range p.Routes() {
+		mux.HandleFunc(pattern, h)
+	}
+}
+
+// Routes are the push endpoints by http.ServeMux pattern ("METHOD
+// /path"). docs/openapi.yaml documents exactly these (readapi's tests
+// check it).
+func (p *Producer) Routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/projects/{org}/{project}/push":   p.handlePush,
+		"POST /replicache/v1/{org}/{project}/push": p.handleReplicachePush,
+	}
 }
 
 // Ready reports whether Kafka answers.

@@ -60,7 +60,8 @@ func startPipeline(t *testing.T, partitions int32) *pipeline {
 	if err := keys.Generate("k1"); err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(producer.Config{Kafka: kcfg, Topics: info.Names, Keys: keys.VerifyOnly()})
+	p, err := producer.New(producer.Config{Kafka: kcfg, Topics: info.Names, Keys: keys.VerifyOnly(),
+		Partitions: partitions, SequencerGroup: "readapi-" + info.Names.Mutations})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,24 +81,30 @@ func startPipeline(t *testing.T, partitions int32) *pipeline {
 	}
 }
 
-// nodeProject prepares readapi/testdata/replicache: node and npm must be
-// there (in CI their absence fails the test), and npm ci installs the
-// locked packages when node_modules is missing.
+// nodeProject prepares readapi/testdata/replicache (see npmProject).
 func nodeProject(t *testing.T) string {
+	t.Helper()
+	return npmProject(t, filepath.Join("testdata", "replicache"), "replicache")
+}
+
+// npmProject prepares the npm project in dir: node and npm must be there
+// (in CI their absence fails the test), and npm ci installs the locked
+// packages when node_modules lacks the package named installed.
+func npmProject(t *testing.T, dir, installed string) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if testenv.InCI() {
-				t.Fatalf("%s is not installed: the Replicache test needs Node 20+ with npm", tool)
+				t.Fatalf("%s is not installed: the test needs Node 20+ with npm", tool)
 			}
-			t.Skipf("%s is not installed: the Replicache test needs Node 20+ with npm", tool)
+			t.Skipf("%s is not installed: the test needs Node 20+ with npm", tool)
 		}
 	}
-	dir, err := filepath.Abs(filepath.Join("testdata", "replicache"))
+	dir, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "replicache")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", installed)); err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
@@ -156,11 +163,12 @@ func TestReplicacheClientsConverge(t *testing.T) {
 	// What the edits must have made: both patches of the shared note
 	// kept, the deleted item gone.
 	shared, _ := want["notes/shared"].(map[string]any)
-	if shared["a"] != 1.0 || shared["b"] != 2.0 || want["notes/gone"] != nil || want["_scalar/name"] != "Canon + Replicache" {
+	text, _ := want["docs/text"].(map[string]any)
+	if shared["a"] != 1.0 || shared["b"] != 2.0 || want["notes/gone"] != nil || want["_scalar/name"] != "Canon + Replicache" || text["body"] != "hello world" {
 		t.Fatalf("Canon's state %v", want)
 	}
-	// Every mutation was decided and applied: a made 5, b 4.
-	for client, n := range map[string]uint64{out.ClientA: 5, out.ClientB: 4} {
+	// Every mutation was decided and applied: a made 7, b 4.
+	for client, n := range map[string]uint64{out.ClientA: 7, out.ClientB: 4} {
 		var cl ClientResponse
 		pl.api.get("/v1/projects/acme/doc/clients/"+client, tokA).json(t, &cl)
 		if cl.LastMutationID != n {
@@ -183,4 +191,46 @@ func decodeAny(t *testing.T, raw json.RawMessage) any {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// A stock Replicache client that edited offline past one push's limits
+// (1,100 small mutations, 45 of 100 KB) drains its backlog once online:
+// each push takes what fits, the next carries the rest.
+func TestReplicacheOfflineBacklogDrains(t *testing.T) {
+	dir := nodeProject(t)
+	pl := startPipeline(t, 3)
+	tok := pl.token("user:ann", []string{"doc"}, auth.ScopeWrite)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "backlog.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CANON_URL="+pl.url, "CANON_PROJECT=acme/doc", "CANON_TOKEN="+tok)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node backlog.mjs: %v\nstdout: %s\nstderr: %s", err, stdout.Bytes(), stderr.Bytes())
+	}
+	var out struct {
+		Offline, Rounds, Keys int
+		ClientID              string
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("node's output %q: %v (stderr: %s)", stdout.Bytes(), err, stderr.Bytes())
+	}
+	t.Logf("%d offline mutations drained in %d push and pull rounds", out.Offline, out.Rounds)
+	const total = 1100 + 45
+	if out.Offline != total || out.Keys != total || out.Rounds < 3 {
+		t.Fatalf("%+v: want %d offline mutations, all in the view, in at least 3 pushes", out, total)
+	}
+	var cl ClientResponse
+	pl.api.get("/v1/projects/acme/doc/clients/"+out.ClientID, tok).json(t, &cl)
+	if cl.LastMutationID != total {
+		t.Fatalf("client %s: last id %d, want %d", out.ClientID, cl.LastMutationID, total)
+	}
+	var st StateResponse
+	pl.api.get("/v1/projects/acme/doc", tok).json(t, &st)
+	if len(st.Collections["small"]) != 1100 || len(st.Collections["large"]) != 45 {
+		t.Fatalf("Canon holds %d small and %d large items", len(st.Collections["small"]), len(st.Collections["large"]))
+	}
 }

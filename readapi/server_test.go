@@ -3,7 +3,9 @@ package readapi
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -11,7 +13,10 @@ import (
 	"testing"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -255,24 +260,54 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	for _, r := range e.srv.Routes() {
 		inMux = append(inMux, r.Method+" "+r.Path)
 	}
+	// The same server (a node of canon dev) mounts the producer's pushes
+	// and the live projector's websocket; neither connects to Kafka
+	// before it runs.
+	p, err := producer.New(producer.Config{Kafka: kafka.ClientConfig{Brokers: []string{"127.0.0.1:1"}}, Keys: e.keys.VerifyOnly()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ws, err := live.New(live.Config{Store: e.st, Kafka: kafka.ClientConfig{Brokers: []string{"127.0.0.1:1"}}, Keys: e.keys.VerifyOnly()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	e.srv.Mount(mux)
+	p.Mount(mux)
+	ws.Mount(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	for pattern := range p.Routes() {
+		inMux = append(inMux, pattern)
+	}
+	inMux = append(inMux, "GET /v1/projects/{org}/{project}/ws")
 	slices.Sort(inDoc)
 	slices.Sort(inMux)
 	if !slices.Equal(inDoc, inMux) {
 		t.Fatalf("docs/openapi.yaml has\n  %s\nthe server mounts\n  %s", strings.Join(inDoc, "\n  "), strings.Join(inMux, "\n  "))
 	}
 	// And Mount registers exactly those: a request to each reaches a
-	// handler (401 without a token), not the mux's 404 or 405.
-	for _, r := range e.srv.Routes() {
-		path := strings.NewReplacer("{org}", "acme", "{project}", "doc", "{collection}", "c", "{id}", "1",
-			"{hash}", strings.Repeat("0", 64), "{client}", "c1").Replace(r.Path)
-		req, _ := http.NewRequestWithContext(context.Background(), r.Method, e.api.base+path, nil)
+	// handler (401 without a token, 400 for the websocket without an
+	// upgrade), not the mux's 404 or 405.
+	for _, pattern := range inMux {
+		method, path, _ := strings.Cut(pattern, " ")
+		path = strings.NewReplacer("{org}", "acme", "{project}", "doc", "{collection}", "c", "{id}", "1",
+			"{hash}", strings.Repeat("0", 64), "{client}", "c1").Replace(path)
+		req, _ := http.NewRequestWithContext(context.Background(), method, hs.URL+path, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusUnsupportedMediaType {
-			t.Errorf("%s %s: %d", r.Method, path, resp.StatusCode)
+		want := resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusUnsupportedMediaType
+		if strings.HasSuffix(path, "/ws") {
+			// gorilla's answer to a request that is no upgrade
+			want = resp.StatusCode == http.StatusBadRequest && resp.Header.Get("Sec-Websocket-Version") == "13"
+		}
+		if !want {
+			t.Errorf("%s %s: %d %s", method, path, resp.StatusCode, body)
 		}
 	}
 }

@@ -30,6 +30,7 @@ type devFlags struct {
 	kafkaListen string
 	kafkaPort   int
 	clickhouse  devClickHouseFlags
+	corsOrigins []string
 }
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -81,10 +82,15 @@ else runs and the command that installs it is printed.`,
 	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", "",
 		"address of the embedded broker, host:port; replaces --kafka-port, and a busy one is an error")
 	f.clickhouse.register(cmd)
+	registerCORSFlag(cmd, &f.corsOrigins, devCORSOrigins)
 	return cmd
 }
 
 func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logger) error {
+	cors, err := parseCORS(f.corsOrigins)
+	if err != nil {
+		return err
+	}
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -147,6 +153,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 		return err
 	}
 	n.pprof = f.pprof
+	n.cors = cors
 	keysPath := filepath.Join(data, "keys.json")
 	keys, err := devKeyset(keysPath)
 	if err != nil {

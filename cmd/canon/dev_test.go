@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/gorilla/websocket"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/chserver"
@@ -207,6 +208,35 @@ func TestDevStartsStopsAndReusesData(t *testing.T) {
 	if out, err := exec.Command(bin, "health", "--url", p.http+"/readyz").CombinedOutput(); err != nil {
 		t.Fatalf("canon health: %v: %s", err, out)
 	}
+	// A browser app of any local port may use the APIs (CORS); another
+	// origin may not.
+	for origin, want := range map[string]int{"http://localhost:5173": http.StatusNoContent, "http://127.0.0.1:3000": http.StatusNoContent,
+		"https://evil.example": http.StatusForbidden} {
+		req, _ := http.NewRequest(http.MethodOptions, p.http+"/v1/projects/dev/demo/push", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		allowed := resp.Header.Get("Access-Control-Allow-Origin")
+		if resp.StatusCode != want || (want == http.StatusNoContent) != (allowed == origin) {
+			t.Errorf("preflight from %s: %d, Access-Control-Allow-Origin %q", origin, resp.StatusCode, allowed)
+		}
+	}
+	wsURL := "ws" + strings.TrimPrefix(p.http, "http") + "/v1/projects/dev/demo/ws?token=" + p.token
+	if c, resp, err := websocket.DefaultDialer.DialContext(ctx, wsURL, http.Header{"Origin": {"https://evil.example"}}); err == nil {
+		c.Close()
+		t.Errorf("a websocket from https://evil.example was accepted")
+	} else if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a websocket from https://evil.example: %v", err)
+	}
+	c, _, err := websocket.DefaultDialer.DialContext(ctx, wsURL, http.Header{"Origin": {"http://localhost:5173"}})
+	if err != nil {
+		t.Fatalf("a websocket from http://localhost:5173: %v", err)
+	}
+	c.Close()
 	// A push with the dev token comes out of the sequencer as version 1.
 	body := `{"clientGroup":"g","mutations":[{"client":"c","id":1,"name":"item.put","args":{"collection":"notes","id":"n1","data":{"text":"hello"}}}]}`
 	req, _ := http.NewRequest(http.MethodPost, p.http+"/v1/projects/dev/demo/push", strings.NewReader(body))

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
 	"github.com/canon-sync/canon/producer"
@@ -105,6 +106,9 @@ type node struct {
 	// nil when the node does not run the readapi role. Set up before the
 	// node runs.
 	reads func(p int32) bool
+	// cors says which browser origins may use the HTTP APIs and the
+	// websocket (--cors-origins); nil allows none but the server's own.
+	cors *httpapi.CORS
 }
 
 // readable returns once the node's read API can serve partition p of
@@ -282,7 +286,11 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ops.Serve(gctx, n.httpLn, n.mux, n.log, 10*time.Second) })
+	var h http.Handler = n.mux
+	if n.cors != nil {
+		h = n.cors.Handler(n.mux)
+	}
+	g.Go(func() error { return ops.Serve(gctx, n.httpLn, h, n.log, 10*time.Second) })
 	for _, c := range components {
 		g.Go(func() error { return c(gctx) })
 	}

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/readapi"
@@ -94,8 +95,14 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	}
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-live"
+	// Upgrades get the origin check of the HTTP APIs (--cors-origins).
+	cors := n.cors
+	if cors == nil {
+		cors, _ = httpapi.NewCORS(nil) // the server's own origin only
+	}
 	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
-		Partitions: partitions, Serves: serves, Keys: n.verifyKeys(), Pusher: pusher, Log: n.log, Registerer: n.registry})
+		Partitions: partitions, Serves: serves, Keys: n.verifyKeys(), Pusher: pusher, Log: n.log, Registerer: n.registry,
+		CheckOrigin: cors.CheckOrigin})
 	if err != nil {
 		return nil, err
 	}

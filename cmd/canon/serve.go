@@ -68,6 +68,8 @@ type serveFlags struct {
 	// partitions is --partitions: the partitions the read roles serve.
 	partitions string
 	seq        sequencerTuning
+	// corsOrigins is --cors-origins.
+	corsOrigins []string
 }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
@@ -100,6 +102,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().DurationVar(&f.keysReload, "keys-reload-interval", DefaultKeysReload, "how often --keys is read again")
 	_ = cmd.Flags().MarkHidden("keys-reload-interval")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
+	registerCORSFlag(cmd, &f.corsOrigins, nil)
 	cmd.Flags().StringVar(&f.partitions, "partitions", "", "partitions a read replica (role readapi without sequencer) materializes and serves, e.g. 0-5,8 (default: all)")
 	// Hidden: failure tests shorten them so that a stopped or killed
 	// instance is replaced in seconds; production keeps the defaults.
@@ -128,6 +131,10 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 			return usageError{fmt.Errorf("unknown role %q: known roles are %s", name, knownRoles())}
 		}
 	}
+	cors, err := parseCORS(f.corsOrigins)
+	if err != nil {
+		return err
+	}
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -137,6 +144,7 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 		return err
 	}
 	n.pprof = f.pprof
+	n.cors = cors
 	if f.keys != "" {
 		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {
 			return err

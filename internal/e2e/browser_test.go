@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/live"
@@ -30,17 +31,31 @@ import (
 // HTTP push, on one server over the pipeline's store.
 func startUIServer(t *testing.T, ctx context.Context, pl *pipeline) string {
 	t.Helper()
+	return startServer(t, ctx, pl, nil)
+}
+
+// startServer is startUIServer with the CORS policy of canon dev and
+// serve (--cors-origins) when cors is not nil: on the HTTP APIs and on
+// websocket upgrades.
+func startServer(t *testing.T, ctx context.Context, pl *pipeline, cors *httpapi.CORS) string {
+	t.Helper()
 	p, err := producer.New(producer.Config{Kafka: pl.kcfg, Topics: pl.info.Names, Keys: pl.keys.VerifyOnly(),
 		Partitions: pl.info.Partitions, SequencerGroup: pl.group})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
+	mux := http.NewServeMux()
 	ra, err := readapi.New(readapi.Config{Store: pl.store, Keys: pl.keys.VerifyOnly()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := live.New(live.Config{Store: pl.store, Kafka: pl.kcfg, Topics: pl.info.Names, Keys: pl.keys.VerifyOnly(), Pusher: p})
+	lcfg := live.Config{Store: pl.store, Kafka: pl.kcfg, Topics: pl.info.Names, Keys: pl.keys.VerifyOnly(), Pusher: p}
+	var h http.Handler = mux
+	if cors != nil {
+		lcfg.CheckOrigin, h = cors.CheckOrigin, cors.Handler(mux)
+	}
+	ws, err := live.New(lcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +63,6 @@ func startUIServer(t *testing.T, ctx context.Context, pl *pipeline) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
 	p.Mount(mux)
 	ra.Mount(mux)
 	ws.Mount(mux)
@@ -56,7 +70,7 @@ func startUIServer(t *testing.T, ctx context.Context, pl *pipeline) string {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- ws.Run(wctx) }()
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

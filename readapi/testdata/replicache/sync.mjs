@@ -7,58 +7,13 @@
 // Environment: CANON_URL (the server), CANON_PROJECT (org/project),
 // CANON_TOKEN_A and CANON_TOKEN_B (tokens with the write scope).
 //
-// Keys follow docs/readapi.md: an item is "<collection>/<id>" with its
-// data as the value, a scalar "_scalar/<name>".
+// The mutators (mutators.mjs) mirror Canon's built-ins; keys follow
+// docs/readapi.md.
 import {Replicache} from 'replicache';
+import {mutators} from './mutators.mjs';
 
 const base = process.env.CANON_URL;
 const [org, project] = process.env.CANON_PROJECT.split('/');
-
-// mergePatch is RFC 7396, as Canon's item.patch applies it.
-function mergePatch(target, patch) {
-  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) {
-    return patch;
-  }
-  const out = target !== null && typeof target === 'object' && !Array.isArray(target) ? {...target} : {};
-  for (const [k, v] of Object.entries(patch)) {
-    if (v === null) {
-      delete out[k];
-    } else {
-      out[k] = mergePatch(out[k], v);
-    }
-  }
-  return out;
-}
-
-// The mutators mirror Canon's built-ins (model/builtins.go): the server
-// runs its own, and the client's optimistic result is replaced by the
-// server's on the next pull.
-const mutators = {
-  async 'item.put'(tx, {collection, id, data}) {
-    await tx.set(`${collection}/${id}`, data);
-  },
-  async 'item.patch'(tx, {collection, id, data}) {
-    const cur = await tx.get(`${collection}/${id}`);
-    if (cur === undefined) {
-      return; // an error outcome on the server: nothing changes
-    }
-    if (data !== undefined) {
-      await tx.set(`${collection}/${id}`, mergePatch(cur, data));
-    }
-  },
-  async 'item.delete'(tx, {collection, id}) {
-    await tx.del(`${collection}/${id}`);
-  },
-  async 'project.set'(tx, scalars) {
-    for (const [name, value] of Object.entries(scalars)) {
-      if (value === null) {
-        await tx.del(`_scalar/${name}`);
-      } else {
-        await tx.set(`_scalar/${name}`, value);
-      }
-    }
-  },
-};
 
 function client(name, token) {
   return new Replicache({
@@ -78,14 +33,21 @@ async function view(rep) {
   return rep.query(async tx => Object.fromEntries(await tx.scan().entries().toArray()));
 }
 
-const a = client('canon-a', process.env.CANON_TOKEN_A);
-const b = client('canon-b', process.env.CANON_TOKEN_B);
+// Each Replicache name is its user's (docs/readapi.md): a client group
+// is per name, and belongs to the user that first pushed with it.
+const a = client('ann', process.env.CANON_TOKEN_A);
+const b = client('bob', process.env.CANON_TOKEN_B);
 await Promise.all([a.pull({now: true}), b.pull({now: true})]);
 
 // Concurrent edits: both create, both patch one item on different
 // fields, one deletes the other's item, one sets a scalar, both edit the
 // same field (the later decided wins).
 await a.mutate['item.put']({collection: 'notes', id: 'shared', data: {title: 'draft'}});
+await a.mutate['item.put']({collection: 'docs', id: 'text', data: {body: 'hello'}});
+await a.mutate['item.splice']({collection: 'docs', id: 'text', path: '/body', index: 5, insert: ' world'});
+if ((await a.query(tx => tx.get('docs/text')))?.body !== 'hello world') {
+  throw new Error('item.splice did not edit the optimistic view');
+}
 await b.mutate['item.put']({collection: 'notes', id: 'b1', data: {text: 'from b'}});
 await a.push({now: true});
 await b.push({now: true});
