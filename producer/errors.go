@@ -23,6 +23,7 @@ const (
 	CodeUnavailable      = "kafka_unavailable"         // 503: the records could not be written; retry
 	CodeVersion          = "unsupported_version"       // 400: a Replicache pushVersion other than 1
 	CodeGroupOwned       = "client_group_owned"        // 409: the client group belongs to another principal
+	CodeClientOwned      = "client_in_other_group"     // 409: the client belongs to another client group
 	CodeNoWait           = "wait_unavailable"          // 501: this producer does not follow the changelog
 )
 

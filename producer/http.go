@@ -355,9 +355,18 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: "must be an integer >= 1, got 0", Hint: "a client's first mutation has id 1"}
 		}
-		if prev, ok := last[pm.Client]; ok && pm.ID != prev+1 {
+		prev, seen := last[pm.Client]
+		if seen && pm.ID != prev+1 {
 			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: fmt.Sprintf("client %s sends id %d after %d in the same push: ids must increase by 1", pm.Client, pm.ID, prev)}
+		}
+		if !seen && p.watch != nil {
+			// Once per client of the push: they all have the push's group.
+			if g, ok := p.watch.clientGroup(org, project, pm.Client); ok && g != group {
+				return nil, &Error{Status: http.StatusConflict, Code: CodeClientOwned, Field: fmt.Sprintf("mutations[%d].client", i),
+					Message: fmt.Sprintf("client %s of %s/%s belongs to client group %s, not %s", pm.Client, org, project, g, group),
+					Hint:    "a client belongs to one client group: give each client of this group a new client id (e.g. a random id kept by the client)"}
+			}
 		}
 		last[pm.Client] = pm.ID
 		args := pm.Args

@@ -133,7 +133,8 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		c.Limits = schemas.Limits{MaxArgsBytes: 8 << 10}
 		c.Partitions = 6 // follow the changelog: client group owners
 	})
-	// Bob's client group "taken", as a version in canon.versions says.
+	// Bob's client group "taken" with its client b1, as a version in
+	// canon.versions says.
 	bindGroup(t, brokers, names, "acme", "roadmap", "taken", "user:bob")
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if owner, ok := f.p.watch.owner("acme", "roadmap", "taken"); ok && owner == "user:bob" {
@@ -193,6 +194,9 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"read-only token", path, readOnly, "application/json", one, 403, CodeForbidden, "", "needs write"},
 		{"bad project name", "/v1/projects/acme/Road%20Map/push", good, "application/json", one, 400, CodeInvalid, "project", "not a valid name"},
 		{"spoofed client group", path, good, "application/json", strings.Replace(one, `"g1"`, `"taken"`, 1), 409, CodeGroupOwned, "clientGroup", "belongs to another principal"},
+		{"client of another group", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, CodeClientOwned, "mutations[0].client", "belongs to client group taken, not g1"},
+		{"client of another group, second client", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("c1", 1, "item.put", `{}`) + `,` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, CodeClientOwned, "mutations[1].client", "belongs to client group taken"},
+		{"client of another group, Replicache", "/replicache/v1/acme/roadmap/push", good, "application/json", `{"pushVersion":1,"clientGroupID":"g1","mutations":[{"clientID":"b1","id":2,"name":"item.put","args":{}}]}`, 409, CodeClientOwned, "mutations[0].client", "belongs to client group taken"},
 		{"unknown wait", path + "?wait=soon", good, "application/json", one, 400, CodeInvalid, "wait", `wait="soon" is not known`},
 		{"wait too long", path + "?wait=applied&timeout=1h", good, "application/json", one, 400, CodeInvalid, "timeout", "not a duration between"},
 	}
@@ -213,6 +217,16 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 				t.Error("401 without WWW-Authenticate")
 			}
 		})
+	}
+	// The websocket pushes through Push: refused the same way.
+	claims, err := f.keys.Verify(good, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, perr := f.p.Push(context.Background(), claims, "acme", "roadmap", PushRequest{ClientGroup: "g1",
+		Mutations: []PushMutation{{Client: "b1", ID: 2, Name: "item.put", Args: json.RawMessage(`{}`)}}})
+	if perr == nil || perr.Status != http.StatusConflict || perr.Code != CodeClientOwned || perr.Field != "mutations[0].client" {
+		t.Errorf("Push of a client of another group: %v, want 409 %s", perr, CodeClientOwned)
 	}
 	if n := countRecords(t, brokers, names.Mutations); n != 0 {
 		t.Fatalf("%d records reached %s", n, names.Mutations)

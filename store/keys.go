@@ -36,6 +36,7 @@ const (
 	kindGroup    byte = 0x0A // org, project, group → principal (groups.go)
 	// kindGroupClient: org, project, group, client → empty (groups.go)
 	kindGroupClient byte = 0x0B
+	kindClient      byte = 0x0C // org, project, client → client group (groups.go)
 )
 
 // globalPartition is the "partition" of the store-wide meta keys. Kafka

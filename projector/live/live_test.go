@@ -455,6 +455,30 @@ func testPush(t *testing.T, e *env) {
 		t.Fatalf("rejected %+v", rejected)
 	}
 
+	// Client c1 belongs to group g1: pushed in g2 (by the same principal,
+	// here), the sequencer rejects it as unauthorized.
+	send(`{"type":"push","requestId":"r2b","clientGroup":"g2","mutations":[{"client":"c1","id":3,"name":"item.put","args":{"collection":"c","id":"a","data":3}}]}`)
+	rejected = RejectedMessage{}
+	for sawPushed := false; !sawPushed || rejected.Type == ""; {
+		m, err := c.next(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case TypePushed:
+			sawPushed = true
+		case TypeRejected:
+			if err := json.Unmarshal(m.raw, &rejected); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	if rejected.Reason != schemas.ReasonUnauthorized || rejected.Client != "c1" || rejected.ID != 3 || !strings.Contains(rejected.Message, "client group g1") {
+		t.Fatalf("c1 in another group: rejected %+v", rejected)
+	}
+
 	// Refusals come back as error messages, and the socket stays open.
 	for _, tc := range []struct{ body, code string }{
 		{`{"type":"push","requestId":"r3","branch":"other","clientGroup":"g1","mutations":[{"client":"c1","id":3,"name":"item.put","args":{}}]}`, CodeWrongBranch},
