@@ -210,11 +210,11 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 	if err := schemas.ValidateProject("project", project); err != nil {
 		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "project", Message: err.Error()}
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		token = ""
+	token, err := auth.BearerToken(r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, authError(err)
 	}
-	claims, err := p.cfg.Keys.Verify(strings.TrimSpace(token), p.cfg.Now())
+	claims, err := p.cfg.Keys.Verify(token, p.cfg.Now())
 	if err != nil {
 		return nil, authError(err)
 	}

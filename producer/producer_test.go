@@ -382,3 +382,55 @@ func TestPushesKeepTheirArgs(t *testing.T) {
 		}
 	}
 }
+
+// Every push route reads the Authorization header with the one parser:
+// the scheme in any case and a bare token (what Replicache sends) are
+// taken, another scheme is a 401 that says what to send.
+func TestAuthorizationHeader(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	id := 0
+	push := func(header string, replicache bool) (int, string) {
+		t.Helper()
+		id++
+		path, body := "/v1/projects/acme/roadmap/push", `{"clientGroup":"g","mutations":[`+mutationJSON("c", uint64(id), "x", `{}`)+`]}`
+		if replicache {
+			path = "/replicache/v1/acme/roadmap/push"
+			body = fmt.Sprintf(`{"pushVersion":1,"clientGroupID":"g","mutations":[{"clientID":"c","id":%d,"name":"x","args":{}}]}`, id)
+		}
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", header)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	for _, c := range []struct {
+		header string
+		status int
+	}{
+		{"Bearer " + tok, 200},
+		{"bearer " + tok, 200},
+		{"BEARER  " + tok, 200},
+		{tok, 200},
+		{"Basic " + tok, 401},
+	} {
+		for _, replicache := range []bool{false, true} {
+			status, body := push(c.header, replicache)
+			if status != c.status {
+				t.Errorf("Authorization %.12q… (replicache %v): %d %s, want %d", c.header, replicache, status, body, c.status)
+			}
+			if status == 401 && !strings.Contains(body, "Bearer TOKEN") {
+				t.Errorf("Authorization %.12q…: %s does not say what to send", c.header, body)
+			}
+			if status != 200 {
+				id-- // not written: the next push reuses the id
+			}
+		}
+	}
+}

@@ -234,8 +234,11 @@ func checkParams(r *http.Request, params []string) *Error {
 
 // verify checks the request's bearer token.
 func (s *Server) verify(r *http.Request) (*auth.Claims, *Error) {
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	claims, err := s.cfg.Keys.Verify(strings.TrimSpace(token), s.cfg.Now())
+	token, err := auth.BearerToken(r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, authError(err)
+	}
+	claims, err := s.cfg.Keys.Verify(token, s.cfg.Now())
 	if err != nil {
 		return nil, authError(err)
 	}

@@ -119,11 +119,14 @@ func (c *conn) accept(r *http.Request) *closeReason {
 		}
 		c.from = &v
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		token = q.Get("token")
+	token, err := auth.BearerToken(r.Header.Get("Authorization"))
+	if err == nil && token == "" {
+		token = strings.TrimSpace(q.Get("token")) // browsers cannot set the header
 	}
-	claims, err := c.s.cfg.Keys.Verify(strings.TrimSpace(token), c.s.cfg.Now())
+	var claims *auth.Claims
+	if err == nil {
+		claims, err = c.s.cfg.Keys.Verify(token, c.s.cfg.Now())
+	}
 	if err == nil {
 		err = claims.Allow(c.org, c.project, auth.ScopeRead)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ func TestLive(t *testing.T) {
 	t.Run("every subscriber gets every version once in order", func(t *testing.T) { testConcurrentPushes(t, e) })
 	t.Run("slow consumer", func(t *testing.T) { testSlowConsumer(t, e) })
 	t.Run("auth", func(t *testing.T) { testAuth(t, e) })
+	t.Run("authorization header", func(t *testing.T) { testAuthorizationHeader(t, e) })
 	t.Run("reset", func(t *testing.T) { testReset(t, e) })
 	t.Run("push on the socket", func(t *testing.T) { testPush(t, e) })
 	t.Run("oversized message", func(t *testing.T) { testOversized(t, e) })
@@ -559,5 +561,29 @@ func testNotServed(t *testing.T, e *env) {
 	code, got = c.closeCode()
 	if code != CloseNotServed || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeNotServed {
 		t.Fatalf("moved away: close %d after %v", code, got)
+	}
+}
+
+// The socket reads the Authorization header with the parser of every
+// other route: the scheme in any case, a bare token; another scheme is
+// refused (4001) and says what to send, even with a good ?token=.
+func testAuthorizationHeader(t *testing.T, e *env) {
+	tok := e.token("acme", []string{"authh"}, time.Hour, auth.ScopeRead)
+	for _, header := range []string{"bearer " + tok, "BEARER " + tok, tok} {
+		cl, err := dial(t, e.srv, "acme", "authh", "", http.Header{"Authorization": {header}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.expect(TypeHello)
+		cl.close()
+	}
+	cl, err := dial(t, e.srv, "acme", "authh", "token="+tok, http.Header{"Authorization": {"Basic " + tok}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	code, got := cl.closeCode()
+	if code != CloseUnauthenticated || len(got) != 1 || got[0].Error == nil || !strings.Contains(got[0].Error.Message, "Bearer TOKEN") {
+		t.Fatalf("Basic scheme: close %d after %v, want %d saying what to send", code, got, CloseUnauthenticated)
 	}
 }
