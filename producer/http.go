@@ -399,9 +399,12 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 		}
 		values[i] = v
 	}
-	if wait, ok := p.limiter.allow(claims.Principal(), len(ms), received); !ok {
+	// A subject is unique within its issuer and org only: the same one in
+	// two orgs is two principals, with two buckets.
+	key := claims.Issuer + "\x00" + claims.Org + "\x00" + claims.Subject
+	if wait, ok := p.limiter.allow(key, len(ms), received); !ok {
 		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
-			Message:    fmt.Sprintf("%s is over its rate of %.0f mutations per second", claims.Principal(), p.cfg.Rate),
+			Message:    fmt.Sprintf("%s of org %s is over its rate of %.0f mutations per second", claims.Principal(), claims.Org, p.cfg.Rate),
 			Hint:       "retry after the Retry-After seconds, in order",
 			RetryAfter: int(math.Ceil(wait.Seconds()))}
 	}

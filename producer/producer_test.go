@@ -262,8 +262,14 @@ func TestRateLimitPerPrincipal(t *testing.T) {
 	if s, _ := push(bob, "b", 1); s != 200 {
 		t.Fatalf("another principal is limited too: %d", s)
 	}
-	if n := countRecords(t, brokers, names.Mutations); n != 4 {
-		t.Fatalf("%d records, want 4 (the refused push wrote nothing)", n)
+	// The same subject in another org is another principal: its own bucket.
+	aliceGlobex := f.token("user:alice", "globex", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := `{"clientGroup":"g-a","mutations":[` + mutationJSON("a", 1, "x", `{}`) + `]}`
+	if s, out, _ := f.post("/v1/projects/globex/roadmap/push", aliceGlobex, "application/json", body); s != 200 {
+		t.Fatalf("user:alice of globex shares the bucket of user:alice of acme: %d %v", s, out)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 5 {
+		t.Fatalf("%d records, want 5 (the refused push wrote nothing)", n)
 	}
 }
 
