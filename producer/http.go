@@ -155,7 +155,11 @@ func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*
 	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
 	var aerr *Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
-		in.body, in.buf, aerr = p.readBody(w, r)
+		if in.body, in.buf, aerr = p.readBody(w, r); aerr == nil {
+			if aerr = CheckUTF8(in.body); aerr != nil {
+				in.release()
+			}
+		}
 	}
 	if aerr != nil {
 		p.fail(w, api, aerr)

@@ -586,6 +586,9 @@ func (c *conn) handle(typ int, b []byte) []byte {
 }
 
 func (c *conn) push(requestID string, b []byte) []byte {
+	if perr := producer.CheckUTF8(b); perr != nil {
+		return c.pushError(requestID, perr)
+	}
 	var msg PushMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

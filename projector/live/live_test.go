@@ -482,6 +482,18 @@ func testPush(t *testing.T, e *env) {
 	}
 
 	// Refusals come back as error messages, and the socket stays open.
+	// Bytes that are not UTF-8 are refused, naming the field, before they
+	// are acknowledged.
+	for _, tc := range []struct{ body, code, field string }{
+		{"{\"type\":\"push\",\"requestId\":\"u1\",\"clientGroup\":\"g1\",\"mutations\":[{\"client\":\"c1\",\"id\":3,\"name\":\"item.put\",\"args\":{\"collection\":\"c\",\"id\":\"a\",\"data\":\"\xff\"}}]}", "invalid_field", "mutations[0].args"},
+		{"{\"type\":\"push\",\"requestId\":\"u2\",\"clientGroup\":\"g\xff\",\"mutations\":[{\"client\":\"c1\",\"id\":3,\"name\":\"item.put\",\"args\":{}}]}", "invalid_field", "clientGroup"},
+		{"{\"type\":\"push\",\"requestId\":\"u3\",\"clientGroup\":\"g1\",\"mutations\":[{\"client\":\"c\xc3\",\"id\":3,\"name\":\"item.put\",\"args\":{}}]}", "invalid_field", "mutations[0].client"},
+	} {
+		send(tc.body)
+		if m := c.expect(TypeError); m.Error.Code != tc.code || m.Error.Field != tc.field {
+			t.Fatalf("%q: %s, want %s on %s", tc.body, m.raw, tc.code, tc.field)
+		}
+	}
 	for _, tc := range []struct{ body, code string }{
 		{`{"type":"push","requestId":"r3","branch":"other","clientGroup":"g1","mutations":[{"client":"c1","id":3,"name":"item.put","args":{}}]}`, CodeWrongBranch},
 		{`{"type":"push","requestId":"r4","clientGroup":"g1","mutations":[]}`, "empty_batch"},
