@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
@@ -73,9 +74,12 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	outcomes, err := p.watch.wait(ctx, written)
 	if err != nil {
-		p.fail(w, "canon", &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "the mutations were written, but their outcomes cannot be followed: " + err.Error(),
-			Hint:    "read them with the read API, or push again: applied ones are duplicates", RetryAfter: 1})
+		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, CodeUnavailable,
+			"the mutations were written, but their outcomes cannot be followed",
+			"read them with the read API, or push again: applied ones are duplicates", err,
+			"org", in.org, "project", in.project)
+		aerr.RetryAfter = 1
+		p.fail(w, "canon", aerr)
 		return
 	}
 	status := http.StatusOK
@@ -414,10 +418,12 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 	}
 	written, err := p.produce(ctx, ms, values, received)
 	if err != nil {
-		p.cfg.Log.Warn("produce pushed mutations", "err", err, "org", ms[0].Org, "project", ms[0].Project)
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "the mutations could not be written to Kafka: " + err.Error(),
-			Hint:    "retry the same push: mutations already written are skipped as duplicates", RetryAfter: 1}
+		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, CodeUnavailable,
+			"the mutations could not be written to Kafka",
+			"retry the same push: mutations already written are skipped as duplicates", err,
+			"org", ms[0].Org, "project", ms[0].Project)
+		aerr.RetryAfter = 1
+		return nil, aerr
 	}
 	return written, nil
 }

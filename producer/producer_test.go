@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -446,5 +449,63 @@ func TestAuthorizationHeader(t *testing.T) {
 				id-- // not written: the next push reuses the id
 			}
 		}
+	}
+}
+
+// lockedBuffer is a log destination that goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// When Kafka does not take the mutations, the 503 names a request id and
+// not Kafka's error, which names the brokers; the log has the error under
+// that id.
+func TestUnavailableHidesKafkaErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String() // a broker that refuses connections
+	_ = ln.Close()
+	var logged lockedBuffer
+	f := newFixture(t, []string{gone}, kafka.DefaultTopicNames(), func(c *Config) {
+		c.ProduceTimeout = time.Second
+		c.Log = slog.New(slog.NewJSONHandler(&logged, nil))
+	})
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	status, out, hdr := f.post("/v1/projects/acme/roadmap/push", tok, "application/json",
+		`{"clientGroup":"g","mutations":[`+mutationJSON("c", 1, "x", `{}`)+`]}`)
+	e, _ := out["error"].(map[string]any)
+	id, _ := e["requestId"].(string)
+	if status != http.StatusServiceUnavailable || e["code"] != CodeUnavailable || id == "" || hdr.Get("X-Request-Id") != id {
+		t.Fatalf("%d %v, X-Request-Id %q: want 503 %s with a request id", status, out, hdr.Get("X-Request-Id"), CodeUnavailable)
+	}
+	var line struct {
+		Err       string
+		RequestID string `json:"request_id"`
+	}
+	for l := range strings.Lines(logged.String()) {
+		if strings.Contains(l, id) {
+			_ = json.Unmarshal([]byte(l), &line)
+		}
+	}
+	if line.RequestID != id || line.Err == "" {
+		t.Fatalf("no log line with the request id %s and the error: %s", id, logged.String())
+	}
+	if msg, _ := e["message"].(string); strings.Contains(msg, line.Err) || strings.Contains(msg, gone) {
+		t.Errorf("the answer %q shows Kafka's error %q", msg, line.Err)
 	}
 }

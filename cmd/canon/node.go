@@ -194,7 +194,7 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 		lastKafkaOK.Store(time.Now().Unix())
 		return nil
 	})
-	ops.Mount(n.mux, n.ready, n.registry)
+	ops.Mount(n.mux, n.ready, n.registry, n.log)
 	if n.pprof {
 		n.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		n.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

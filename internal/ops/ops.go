@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/canon-sync/canon/internal/httpapi"
 )
 
 // CheckTimeout bounds each readiness check.
@@ -71,12 +73,18 @@ func (r *Readiness) Check(ctx context.Context) map[string]error {
 
 // readyResponse is the JSON body of /readyz.
 type readyResponse struct {
-	Ready  bool              `json:"ready"`
-	Failed map[string]string `json:"failed,omitempty"`
+	Ready bool `json:"ready"`
+	// Failed names the checks that failed, each with "not ready"; why is
+	// in the log, under RequestID.
+	Failed    map[string]string `json:"failed,omitempty"`
+	RequestID string            `json:"requestId,omitempty"`
 }
 
-// Mount adds /healthz, /readyz and /metrics to mux.
-func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer) {
+// Mount adds /healthz, /readyz and /metrics to mux. /readyz answers
+// anyone, so it names the checks that failed but not their errors, which
+// name brokers, addresses and files: those go to log with a request id
+// that the answer gives.
+func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer, log *slog.Logger) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -85,10 +93,13 @@ func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer) {
 		failures := ready.Check(r.Context())
 		resp := readyResponse{Ready: len(failures) == 0}
 		if !resp.Ready {
+			resp.RequestID = httpapi.NewRequestID()
 			resp.Failed = make(map[string]string, len(failures))
 			for _, name := range slices.Sorted(maps.Keys(failures)) {
-				resp.Failed[name] = failures[name].Error()
+				resp.Failed[name] = "not ready"
+				log.Warn("not ready", "request_id", resp.RequestID, "check", name, "err", failures[name])
 			}
+			w.Header().Set("X-Request-Id", resp.RequestID)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if !resp.Ready {
