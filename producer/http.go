@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		writePushResponse(w, http.StatusOK, PushResponse{Mutations: written})
 		return
 	}
+	// The answer comes after the wait, later than the server's write
+	// timeout may allow: this request's deadline covers the wait.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + writeMargin))
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	outcomes, err := p.watch.wait(ctx, written)
@@ -91,6 +95,9 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, status, PushResponse{Mutations: written, Outcomes: outcomes})
 }
+
+// writeMargin is the time an answer has to be written after a wait.
+const writeMargin = 10 * time.Second
 
 // waitParams reads ?wait= and ?timeout=: how long the push waits for its
 // outcomes, 0 for not at all.
@@ -142,6 +149,16 @@ var bodies sync.Pool
 
 // maxPooledBody bounds the buffers kept for reuse.
 const maxPooledBody = 1 << 20
+
+// A body's first headBytes are read into a buffer of heads; the body's
+// own buffer is at first at most maxPreallocBody bytes (what
+// Content-Length announced, if less) and grows as the bytes arrive.
+const (
+	headBytes       = 4 << 10
+	maxPreallocBody = 64 << 10
+)
+
+var heads = sync.Pool{New: func() any { return new([headBytes]byte) }}
 
 // release gives the body's buffer back for another request. Nothing may
 // use the body, or the args that alias it, afterwards: the handlers
@@ -244,20 +261,42 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte
 	if r.ContentLength > p.cfg.MaxBodyBytes {
 		return nil, nil, p.bodyTooLarge(r.ContentLength)
 	}
-	// Read into a buffer of the announced size: io.ReadAll would grow one
-	// from 512 bytes, copying and dropping each size on the way.
-	buf, _ = bodies.Get().(*bytes.Buffer)
-	if buf == nil {
-		buf = new(bytes.Buffer)
+	// Nothing is reserved for the body before its bytes arrive: a client
+	// that announces 4 MiB and sends nothing would otherwise pin 4 MiB
+	// until the server's read timeout. Its first bytes go to a small
+	// buffer; the body's buffer is taken once they came, and grows with
+	// what arrives, from at most maxPreallocBody.
+	rd := http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes)
+	head := heads.Get().(*[headBytes]byte)
+	defer heads.Put(head)
+	n, err := io.ReadFull(rd, head[:])
+	if err == nil || err == io.EOF || err == io.ErrUnexpectedEOF {
+		buf, _ = bodies.Get().(*bytes.Buffer)
+		if buf == nil {
+			buf = new(bytes.Buffer)
+		}
+		buf.Reset()
+		if err == nil { // more to come
+			if r.ContentLength > 0 {
+				buf.Grow(int(min(r.ContentLength, maxPreallocBody)) + bytes.MinRead)
+			}
+			buf.Write(head[:n])
+			_, err = buf.ReadFrom(rd)
+		} else {
+			buf.Write(head[:n])
+			err = nil
+		}
 	}
-	buf.Reset()
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, nil, p.bodyTooLarge(-1)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// The error names the client's and the server's addresses: no
+		// business of the answer's.
+		return nil, nil, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
+			Message: "the body did not arrive within the server's read timeout", Hint: "send the body as soon as the headers"}
 	}
 	if err != nil {
 		return nil, nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}

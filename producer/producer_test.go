@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -507,5 +508,62 @@ func TestUnavailableHidesKafkaErrors(t *testing.T) {
 	}
 	if msg, _ := e["message"].(string); strings.Contains(msg, line.Err) || strings.Contains(msg, gone) {
 		t.Errorf("the answer %q shows Kafka's error %q", msg, line.Err)
+	}
+}
+
+// A push with ?wait=applied answers after its wait even on a server whose
+// write timeout is shorter: the handler extends its own deadline. Here no
+// sequencer runs, so the answer is a timeout outcome (202) after the
+// wait.
+func TestWaitOutlivesWriteTimeout(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, func(c *Config) { c.Partitions = 6 })
+	srv := httptest.NewUnstartedServer(f.srv.Config.Handler)
+	srv.Config.WriteTimeout = 50 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/projects/acme/roadmap/push?wait=applied&timeout=500ms",
+		strings.NewReader(`{"clientGroup":"g","mutations":[`+mutationJSON("c", 1, "x", `{}`)+`]}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the answer after the wait was lost: %v", err)
+	}
+	defer resp.Body.Close()
+	var out PushResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusAccepted ||
+		len(out.Outcomes) != 1 || out.Outcomes[0].Status != OutcomeTimeout {
+		t.Fatalf("%d %+v (%v), want 202 with a timeout outcome", resp.StatusCode, out, err)
+	}
+}
+
+// A body that does not arrive within the server's read timeout is
+// answered 408, without the connection's addresses that the read error
+// names.
+func TestSilentBodyTimesOut(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	srv := httptest.NewUnstartedServer(f.srv.Config.Handler)
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/projects/acme/roadmap/push HTTP/1.1\r\nHost: canon\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 4194304\r\n\r\n{\"clientGroup\":", tok)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), CodeRequestTimeout) || strings.Contains(string(raw), "127.0.0.1") {
+		t.Fatalf("%d %s, want 408 %s without addresses", resp.StatusCode, raw, CodeRequestTimeout)
 	}
 }

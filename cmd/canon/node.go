@@ -204,7 +204,7 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ops.Serve(gctx, n.httpLn, n.mux, n.log, 10*time.Second) })
+	g.Go(func() error { return ops.Serve(gctx, n.httpLn, n.mux, n.log, 10*time.Second, ops.Timeouts{}) })
 	for _, c := range components {
 		g.Go(func() error { return c(gctx) })
 	}

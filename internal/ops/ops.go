@@ -110,12 +110,44 @@ func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer, l
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 }
 
+// Timeouts bound what a client may hold of the server: a zero field
+// takes its DefaultTimeouts value.
+type Timeouts struct {
+	// ReadHeader bounds the reading of a request's headers, Read that of
+	// the whole request, body included: a client that announces a body
+	// and sends nothing is disconnected after Read.
+	ReadHeader, Read time.Duration
+	// Write bounds a request from the end of its headers to the end of
+	// its answer. Handlers that answer later on purpose extend their own
+	// deadline (a push with ?wait=applied), and websockets clear it: they
+	// keep deadlines of their own.
+	Write time.Duration
+	// Idle is how long a keep-alive connection may wait for its next
+	// request before the server closes it.
+	Idle time.Duration
+}
+
+// DefaultTimeouts are the timeouts of Canon's HTTP server. Write leaves
+// room for a 30 s profile of /debug/pprof/profile.
+var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: time.Minute, Idle: time.Minute}
+
 // Serve serves h on ln until ctx ends, then shuts down gracefully, giving
 // in-flight requests up to grace to finish.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, grace time.Duration) error {
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, grace time.Duration, t Timeouts) error {
+	for _, f := range []struct{ v, d *time.Duration }{
+		{&t.ReadHeader, &DefaultTimeouts.ReadHeader}, {&t.Read, &DefaultTimeouts.Read},
+		{&t.Write, &DefaultTimeouts.Write}, {&t.Idle, &DefaultTimeouts.Idle},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)

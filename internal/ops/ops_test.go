@@ -1,16 +1,20 @@
 package ops
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -67,4 +71,72 @@ func TestReadyzHidesErrors(t *testing.T) {
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"ready":true}` {
 		t.Errorf("ready: %d %s", rec.Code, rec.Body)
 	}
+}
+
+// serve runs Serve with t on a free port until the test ends.
+func serve(tb testing.TB, h http.Handler, t Timeouts) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, h, slog.New(slog.DiscardHandler), time.Second, t) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// closed waits until the server closes conn: a read returns EOF (or a
+// reset). The deadline only keeps a failing test from hanging.
+func closed(t *testing.T, conn net.Conn, what string) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+	_, err := io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: the server kept the connection open", what)
+	}
+}
+
+// The server ends what a client holds without using it: a keep-alive
+// connection idle after its request, and a request whose announced body
+// never comes (which would otherwise pin the handler and its buffers).
+func TestServeTimeouts(t *testing.T) {
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}), Timeouts{Read: 200 * time.Millisecond, Idle: 200 * time.Millisecond})
+
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	if _, err := io.WriteString(idle, "GET / HTTP/1.1\r\nHost: canon\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(idle), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	closed(t, idle, "idle keep-alive connection")
+
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if _, err := io.WriteString(silent, "POST / HTTP/1.1\r\nHost: canon\r\nContent-Type: application/json\r\nContent-Length: 4194304\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	closed(t, silent, "request with a silent body")
 }
