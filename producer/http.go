@@ -269,8 +269,15 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte
 	rd := http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes)
 	head := heads.Get().(*[headBytes]byte)
 	defer heads.Put(head)
-	n, err := io.ReadFull(rd, head[:])
-	if err == nil || err == io.EOF || err == io.ErrUnexpectedEOF {
+	// Not io.ReadFull: it reports a body cut short (the body's own
+	// io.ErrUnexpectedEOF) like one that ended early, which is complete.
+	n := 0
+	for n < len(head) && err == nil {
+		var k int
+		k, err = rd.Read(head[n:])
+		n += k
+	}
+	if err == nil || errors.Is(err, io.EOF) {
 		buf, _ = bodies.Get().(*bytes.Buffer)
 		if buf == nil {
 			buf = new(bytes.Buffer)

@@ -567,3 +567,34 @@ func TestSilentBodyTimesOut(t *testing.T) {
 		t.Fatalf("%d %s, want 408 %s without addresses", resp.StatusCode, raw, CodeRequestTimeout)
 	}
 }
+
+// A body cut short (the client announced more bytes than it sent before
+// it closed its side) is refused, even when what came is a whole push.
+func TestTruncatedBodyRefused(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`
+	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/projects/acme/roadmap/push HTTP/1.1\r\nHost: canon\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tok, len(body)+10, body)
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%d %s, want 400", resp.StatusCode, raw)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 0 {
+		t.Fatalf("%d records written for a body cut short", n)
+	}
+}

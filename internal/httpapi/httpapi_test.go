@@ -93,7 +93,7 @@ func TestInternal(t *testing.T) {
 	if err := json.Unmarshal(logged.Bytes(), &line); err != nil || line.RequestID != e.RequestID || line.Err != cause.Error() || line.Org != "acme" {
 		t.Errorf("log %s (%v): want the request id, the cause and the attrs", logged.Bytes(), err)
 	}
-	if NewRequestID() == NewRequestID() {
-		t.Error("two request ids are equal")
+	if a, b := NewRequestID(), NewRequestID(); a == b || len(a) != 16 {
+		t.Errorf("request ids %q and %q: want two different ones of 16 hex digits", a, b)
 	}
 }
