@@ -119,8 +119,9 @@ type Timeouts struct {
 	ReadHeader, Read time.Duration
 	// Write bounds a request from the end of its headers to the end of
 	// its answer. Handlers that answer later on purpose extend their own
-	// deadline (a push with ?wait=applied), and websockets clear it: they
-	// keep deadlines of their own.
+	// deadline (a push with ?wait=applied); a websocket sets its own read
+	// and write deadlines on the hijacked connection before every read
+	// and write, which replace the server's.
 	Write time.Duration
 	// Idle is how long a keep-alive connection may wait for its next
 	// request before the server closes it.

@@ -59,10 +59,6 @@ func closeWith(code int, errCode, msg, hint string) *closeReason {
 var errGone = errors.New("connection gone")
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	// The HTTP server's read and write timeouts bound requests; a socket
-	// outlives them, with deadlines of its own (pongWait, WriteTimeout).
-	rc := http.NewResponseController(w)
-	_, _ = rc.SetReadDeadline(time.Time{}), rc.SetWriteDeadline(time.Time{})
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader answered with the HTTP error

@@ -3,8 +3,11 @@ package live
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +32,7 @@ func TestLive(t *testing.T) {
 	t.Run("slow consumer", func(t *testing.T) { testSlowConsumer(t, e) })
 	t.Run("auth", func(t *testing.T) { testAuth(t, e) })
 	t.Run("authorization header", func(t *testing.T) { testAuthorizationHeader(t, e) })
+	t.Run("request timeouts", func(t *testing.T) { testRequestTimeouts(t, e) })
 	t.Run("reset", func(t *testing.T) { testReset(t, e) })
 	t.Run("push on the socket", func(t *testing.T) { testPush(t, e) })
 	t.Run("oversized message", func(t *testing.T) { testOversized(t, e) })
@@ -598,4 +602,36 @@ func testAuthorizationHeader(t *testing.T, e *env) {
 	if code != CloseUnauthenticated || len(got) != 1 || got[0].Error == nil || !strings.Contains(got[0].Error.Message, "Bearer TOKEN") {
 		t.Fatalf("Basic scheme: close %d after %v, want %d saying what to send", code, got, CloseUnauthenticated)
 	}
+}
+
+// A socket outlives the HTTP server's request timeouts: they bound a
+// request, and the socket keeps deadlines of its own. The socket is
+// opened first; once the server closed an idle connection opened after
+// it (its read timeout passed), the socket's own did too, and the socket
+// still answers.
+func testRequestTimeouts(t *testing.T, e *env) {
+	_, base := e.startLive(e.st, nil)
+	srv := httptest.NewUnstartedServer(base.Config.Handler)
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	c, err := dial(t, srv, "acme", "timeouts", "", bearer(e.token("acme", []string{"timeouts"}, time.Hour, auth.ScopeRead)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.expect(TypeHello)
+	idle, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	_ = idle.SetReadDeadline(time.Now().Add(time.Minute)) // only against a hang
+	if _, err := io.Copy(io.Discard, idle); err != nil {
+		t.Fatalf("the server did not close an idle connection: %v", err)
+	}
+	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping","requestId":"p"}`)); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(TypePong)
 }
