@@ -84,6 +84,9 @@ type projectState struct {
 	// groups are the owners of client groups, from the overlay or the
 	// Reader.
 	groups map[string]string
+	// clients are the client groups of clients, from the overlay or the
+	// Reader.
+	clients map[string]string
 }
 
 // NewDecider returns a Decider over r's committed state. A zero field of
@@ -155,12 +158,14 @@ func (bs *branchState) empty() bool {
 // empty empties a project state for reuse; false if it is too large to
 // keep.
 func (ps *projectState) empty() bool {
-	if len(ps.chunks) > maxReusedEntries || len(ps.bodies) > maxReusedEntries || len(ps.groups) > maxReusedEntries {
+	if len(ps.chunks) > maxReusedEntries || len(ps.bodies) > maxReusedEntries || len(ps.groups) > maxReusedEntries ||
+		len(ps.clients) > maxReusedEntries {
 		return false
 	}
 	clear(ps.chunks)
 	clear(ps.bodies)
 	clear(ps.groups)
+	clear(ps.clients)
 	return true
 }
 
@@ -191,6 +196,13 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 		}
 		return Decision{Kind: Rejected, Reason: schemas.ReasonUnauthorized,
 			Message: fmt.Sprintf("client group %s of %s/%s belongs to another principal than %s: each user agent needs a client group of its own", m.ClientGroup, m.Org, m.Project, m.Principal)}, nil
+	}
+	if group, err := d.clientGroup(bs.key, m); err != nil || group != "" {
+		if err != nil {
+			return Decision{}, err
+		}
+		return Decision{Kind: Rejected, Reason: schemas.ReasonUnauthorized,
+			Message: fmt.Sprintf("client %s of %s/%s belongs to client group %s, not %s: each client belongs to one client group; use a new client id", m.Client, m.Org, m.Project, group, m.ClientGroup)}, nil
 	}
 	entry, known := d.reg.lookup(m.Name)
 	isCreate := known && entry.system && m.Name == BranchCreate
@@ -447,13 +459,7 @@ func (d *Decider) record(rec MutationRecord, bs *branchState, branch string, arg
 	if bs.stateHash == "" {
 		bs.stateHash = stateHash(bs.state, bs.scalars)
 	}
-	if m.Principal != "" && m.ClientGroup != "" {
-		// The group's first principal owns it (mayUseGroup looked it up).
-		ps := d.project(bs.key)
-		if _, ok := ps.groups[m.ClientGroup]; !ok {
-			ps.groups[m.ClientGroup] = m.Principal
-		}
-	}
+	d.bind(bs.key, m)
 	bs.head = v
 	bs.heads = append(bs.heads, headSnap{scalars: bs.scalars, state: bs.state, stateHash: bs.stateHash})
 	bs.lastIDs[m.Client] = m.ID
@@ -591,6 +597,7 @@ func (d *Decider) branchCreate(rec MutationRecord, bs *branchState, branch strin
 		return Decision{}, err
 	}
 	m := rec.Mutation
+	d.bind(bs.key, m)
 	bs.base = &schemas.BranchRef{Branch: a.from, Version: n}
 	bs.scalars, bs.state, bs.stateHash = snap.scalars, snap.state, snap.stateHash
 	bs.head = 1
@@ -680,7 +687,8 @@ func (d *Decider) project(k branchKey) *projectState {
 	pk := projectKey{k.org, k.project}
 	ps, ok := d.projects[pk]
 	if !ok {
-		ps = &projectState{chunks: make(map[string]struct{}), bodies: make(map[string][]string), groups: make(map[string]string)}
+		ps = &projectState{chunks: make(map[string]struct{}), bodies: make(map[string][]string), groups: make(map[string]string),
+			clients: make(map[string]string)}
 		d.projects[pk] = ps
 	}
 	return ps
@@ -706,6 +714,53 @@ func (d *Decider) mayUseGroup(k branchKey, m *schemas.Mutation) (bool, error) {
 		}
 	}
 	return !ok || owner == m.Principal, nil
+}
+
+// clientGroup returns the client group the mutation's client belongs to
+// when it is not the mutation's, and "" when the client is unbound or in
+// the mutation's group. Like mayUseGroup, it lets a mutation without a
+// principal pass (trusted tools write those), but it looks its client up
+// all the same, for bind: the client's first group stays its group.
+func (d *Decider) clientGroup(k branchKey, m *schemas.Mutation) (string, error) {
+	if m.ClientGroup == "" {
+		return "", nil
+	}
+	ps := d.project(k)
+	group, ok := ps.clients[m.Client]
+	if !ok {
+		var err error
+		if group, ok, err = d.r.ClientGroup(k.org, k.project, m.Client); err != nil {
+			return "", fmt.Errorf("read the client group of client %s of %s/%s: %w", m.Client, k.org, k.project, err)
+		}
+		if ok {
+			ps.clients[m.Client] = group
+		}
+	}
+	if !ok || group == m.ClientGroup || m.Principal == "" {
+		return "", nil
+	}
+	return group, nil
+}
+
+// bind adds what a recorded mutation binds to the overlay, as the store
+// and MemState index it from the version: its client group's first
+// principal owns the group, and its client belongs to the group from then
+// on (also for a mutation without a principal). mayUseGroup and
+// clientGroup looked up the bindings the Reader knows: what the overlay
+// does not hold is unbound.
+func (d *Decider) bind(k branchKey, m *schemas.Mutation) {
+	if m.ClientGroup == "" {
+		return
+	}
+	ps := d.project(k)
+	if m.Principal != "" {
+		if _, ok := ps.groups[m.ClientGroup]; !ok {
+			ps.groups[m.ClientGroup] = m.Principal
+		}
+	}
+	if _, ok := ps.clients[m.Client]; !ok {
+		ps.clients[m.Client] = m.ClientGroup
+	}
 }
 
 func (d *Decider) lastID(bs *branchState, client string) (uint64, error) {

@@ -363,6 +363,13 @@ func (f *faultyReader) GroupPrincipal(org, project, group string) (string, bool,
 	return f.Reader.GroupPrincipal(org, project, group)
 }
 
+func (f *faultyReader) ClientGroup(org, project, client string) (string, bool, error) {
+	if f.fail == "ClientGroup" {
+		return "", false, errBoom
+	}
+	return f.Reader.ClientGroup(org, project, client)
+}
+
 // A Reader failure is Decide's error, never an outcome, even when the
 // mutator swallows it; the overlay is left as it was.
 func TestDecideReaderErrors(t *testing.T) {
@@ -386,6 +393,7 @@ func TestDecideReaderErrors(t *testing.T) {
 		{fail: "Head", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
 		{fail: "LastID", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
 		{fail: "GroupPrincipal", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
+		{fail: "ClientGroup", name: ItemPut, args: `{"collection":"tasks","id":"t3","data":1}`},
 		{fail: "ItemRef", name: ItemPatch, args: `{"collection":"tasks","id":"t1","data":{}}`},
 		{fail: "ItemRef", name: "test.swallow", args: `{}`},
 		{fail: "Body", name: ItemPatch, args: `{"collection":"tasks","id":"t1","data":{"a":1}}`},

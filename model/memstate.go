@@ -40,6 +40,9 @@ type MemState struct {
 	// groups are the owners of the projects' client groups: the first
 	// principal that made a version with the group.
 	groups map[projectKey]map[string]string
+	// clients are the client groups of the projects' clients: the group
+	// of the first version that recorded a mutation of the client.
+	clients map[projectKey]map[string]string
 }
 
 type memBranch struct {
@@ -64,6 +67,7 @@ func NewMemState() *MemState {
 		chunks:   make(map[projectKey]map[string][]byte),
 		bodies:   make(map[projectKey]map[string][]string),
 		groups:   make(map[projectKey]map[string]string),
+		clients:  make(map[projectKey]map[string]string),
 	}
 }
 
@@ -272,7 +276,16 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 	maps.Copy(s.chunks[pk], newChunks)
 	maps.Copy(s.bodies[pk], newBodies)
 	for _, o := range v.Mutations {
-		if o.ClientGroup == "" || o.Principal == "" {
+		if o.ClientGroup == "" {
+			continue
+		}
+		if s.clients[pk] == nil {
+			s.clients[pk] = make(map[string]string)
+		}
+		if _, ok := s.clients[pk][o.Client]; !ok {
+			s.clients[pk][o.Client] = o.ClientGroup
+		}
+		if o.Principal == "" {
 			continue
 		}
 		if s.groups[pk] == nil {
@@ -283,6 +296,14 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 		}
 	}
 	return nil
+}
+
+// ClientGroup implements Reader.
+func (s *MemState) ClientGroup(org, project, client string) (string, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.clients[projectKey{org, project}][client]
+	return g, ok, nil
 }
 
 // GroupPrincipal implements Reader.

@@ -77,6 +77,10 @@ type Reader interface {
 	// project: the first one that made a version with it; ok is false
 	// for a group no principal used yet.
 	GroupPrincipal(org, project, group string) (principal string, ok bool, err error)
+	// ClientGroup is the client group a client belongs to in a project:
+	// the group of the first version that recorded one of its mutations;
+	// ok is false for a client no version recorded yet.
+	ClientGroup(org, project, client string) (group string, ok bool, err error)
 }
 
 // ErrNotFound is returned by Tx.Get and Tx.Delete for a missing item (the
@@ -143,10 +147,11 @@ const (
 	// Rejected means the mutation cannot be recorded on its branch: the branch
 	// does not exist (only "main" is created by its first mutation, other
 	// branches by branch.create), a branch.create that failed on a branch
-	// that does not exist, a missing or malformed key field, or a client
-	// group that belongs to another principal (reason unauthorized). Nothing is
-	// produced on the branch and no last id advances; the sequencer writes
-	// a rejected record with Reason and Message.
+	// that does not exist, a missing or malformed key field, a client
+	// group that belongs to another principal, or a client that belongs to
+	// another client group (reason unauthorized). Nothing is produced on
+	// the branch and no last id advances; the sequencer writes a rejected
+	// record with Reason and Message.
 	Rejected
 )
 

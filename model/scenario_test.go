@@ -23,12 +23,14 @@ import (
 // Directives:
 //
 //	limits [scalars=N] [meta=N] [data=N] [args=N]   (before any mutate)
-//	mutate client=a id=1 name=item.put [branch=main] [ts=RFC3339] [project=p] [chunks]
+//	mutate client=a id=1 name=item.put [branch=main] [ts=RFC3339] [project=p] [group=g] [principal=p] [chunks]
 //	<args>
 //	state [branch=main] [v=N]
 //	version [branch=main] [v=N]
 //
-// mutate prints "applied v3", "error v3: <message>", "duplicate last=2",
+// group and principal default to group-<client> and user-<client>;
+// principal= (empty) is a record of a trusted tool. mutate prints
+// "applied v3", "error v3: <message>", "duplicate last=2",
 // "gap last=1 expected=2" or "rejected <reason>: <message>" (and with
 // chunks, the number of new chunks).
 func TestScenarios(t *testing.T) {
@@ -212,6 +214,9 @@ func (h *harness) mutate(t *testing.T, d *datadriven.TestData) string {
 	d.ScanArgs(t, "name", &name)
 	d.MaybeScanArgs(t, "branch", &branch)
 	d.MaybeScanArgs(t, "project", &project)
+	group, principal := "group-"+client, "user-"+client
+	d.MaybeScanArgs(t, "group", &group)
+	d.MaybeScanArgs(t, "principal", &principal)
 	stamp := testEpoch.Add(time.Duration(h.offset) * time.Second)
 	if d.MaybeScanArgs(t, "ts", &ts) {
 		var err error
@@ -228,9 +233,9 @@ func (h *harness) mutate(t *testing.T, d *datadriven.TestData) string {
 	rec := MutationRecord{
 		Mutation: &schemas.Mutation{
 			Org: testOrg, Project: project, Branch: branch,
-			ClientGroup: "group-" + client, Client: client, ID: id,
+			ClientGroup: group, Client: client, ID: id,
 			Name: name, Args: args,
-			TS: stamp.UnixMilli() - 250, Principal: "user-" + client, ReceivedAt: stamp.UnixMilli() - 100,
+			TS: stamp.UnixMilli() - 250, Principal: principal, ReceivedAt: stamp.UnixMilli() - 100,
 		},
 		Timestamp: stamp,
 		Partition: 3,

@@ -18,11 +18,13 @@ const (
 	CodeUnauthenticated  = httpapi.CodeUnauthenticated // 401: no token, or a bad or expired one
 	CodeForbidden        = httpapi.CodeForbidden       // 403: the token does not reach the org, project or scope
 	CodeTooLarge         = "too_large"                 // 413: over a size or count limit
+	CodeRequestTimeout   = "request_timeout"           // 408: the body did not arrive within the server's read timeout
 	CodeUnsupportedMedia = "unsupported_media"         // 415: not application/json
 	CodeRateLimited      = "rate_limited"              // 429: over the principal's rate; retry after Retry-After
 	CodeUnavailable      = "kafka_unavailable"         // 503: the records could not be written; retry
 	CodeVersion          = "unsupported_version"       // 400: a Replicache pushVersion other than 1
 	CodeGroupOwned       = "client_group_owned"        // 409: the client group belongs to another principal
+	CodeClientOwned      = "client_in_other_group"     // 409: the client belongs to another client group
 	CodeNoWait           = "wait_unavailable"          // 501: this producer does not follow the changelog
 )
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/schemas"
@@ -165,6 +166,26 @@ func FuzzWritePushResponse(f *testing.F) {
 		got.Header().Del("Content-Length")
 		if got.Body.String() != want.Body.String() || !reflect.DeepEqual(got.Header(), want.Header()) || got.Code != want.Code {
 			t.Fatalf("wrote %d %v\n%s\nwriteJSON writes %d %v\n%s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+		}
+	})
+}
+
+// FuzzCheckUTF8: a body is refused exactly when it is not UTF-8, always
+// with a 400 that has a code and a message, and a field only when the
+// field's bytes are at fault.
+func FuzzCheckUTF8(f *testing.F) {
+	for _, seed := range pushSeeds {
+		f.Add([]byte(seed))
+	}
+	f.Add([]byte("{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\xff\",\"id\":1}]}"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		aerr := CheckUTF8(body)
+		if (aerr == nil) != utf8.Valid(body) {
+			t.Fatalf("CheckUTF8 = %v for a body whose UTF-8 validity is %v", aerr, utf8.Valid(body))
+		}
+		if aerr != nil && (aerr.Status != http.StatusBadRequest || aerr.Code == "" || aerr.Message == "" ||
+			(aerr.Field == "") != (aerr.Code == CodeMalformed)) {
+			t.Fatalf("bad refusal %+v", aerr)
 		}
 	})
 }

@@ -9,12 +9,14 @@ import (
 	"io"
 	"math"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
@@ -69,13 +71,19 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		writePushResponse(w, http.StatusOK, PushResponse{Mutations: written})
 		return
 	}
+	// The answer comes after the wait, later than the server's write
+	// timeout may allow: this request's deadline covers the wait.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + writeMargin))
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	outcomes, err := p.watch.wait(ctx, written)
 	if err != nil {
-		p.fail(w, "canon", &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "the mutations were written, but their outcomes cannot be followed: " + err.Error(),
-			Hint:    "read them with the read API, or push again: applied ones are duplicates", RetryAfter: 1})
+		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, CodeUnavailable,
+			"the mutations were written, but their outcomes cannot be followed",
+			"read them with the read API, or push again: applied ones are duplicates", err,
+			"org", in.org, "project", in.project)
+		aerr.RetryAfter = 1
+		p.fail(w, "canon", aerr)
 		return
 	}
 	p.waitReadable(ctx, outcomes)
@@ -113,6 +121,9 @@ func (p *Producer) waitReadable(ctx context.Context, outcomes []Outcome) {
 		}
 	}
 }
+
+// writeMargin is the time an answer has to be written after a wait.
+const writeMargin = 10 * time.Second
 
 // waitParams reads ?wait= and ?timeout=: how long the push waits for its
 // outcomes, 0 for not at all.
@@ -165,6 +176,16 @@ var bodies sync.Pool
 // maxPooledBody bounds the buffers kept for reuse.
 const maxPooledBody = 1 << 20
 
+// A body's first headBytes are read into a buffer of heads; the body's
+// own buffer is at first at most maxPreallocBody bytes (what
+// Content-Length announced, if less) and grows as the bytes arrive.
+const (
+	headBytes       = 4 << 10
+	maxPreallocBody = 64 << 10
+)
+
+var heads = sync.Pool{New: func() any { return new([headBytes]byte) }}
+
 // release gives the body's buffer back for another request. Nothing may
 // use the body, or the args that alias it, afterwards: the handlers
 // release it when they return, when every record has its own copy.
@@ -181,7 +202,11 @@ func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*
 	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
 	var aerr *Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
-		in.body, in.buf, aerr = p.readBody(w, r)
+		if in.body, in.buf, aerr = p.readBody(w, r); aerr == nil {
+			if aerr = CheckUTF8(in.body); aerr != nil {
+				in.release()
+			}
+		}
 	}
 	if aerr != nil {
 		p.fail(w, api, aerr)
@@ -236,11 +261,11 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 	if err := schemas.ValidateProject("project", project); err != nil {
 		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "project", Message: err.Error()}
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		token = ""
+	token, err := auth.BearerToken(r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, authError(err)
 	}
-	claims, err := p.cfg.Keys.Verify(strings.TrimSpace(token), p.cfg.Now())
+	claims, err := p.cfg.Keys.Verify(token, p.cfg.Now())
 	if err != nil {
 		return nil, authError(err)
 	}
@@ -259,20 +284,50 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte
 	if r.ContentLength > p.cfg.MaxBodyBytes {
 		return nil, nil, p.bodyTooLarge(r.ContentLength)
 	}
-	// Read into a buffer of the announced size: io.ReadAll would grow one
-	// from 512 bytes, copying and dropping each size on the way.
-	buf, _ = bodies.Get().(*bytes.Buffer)
-	if buf == nil {
-		buf = new(bytes.Buffer)
+	// Nothing is reserved for the body before its bytes arrive: a client
+	// that announces 4 MiB and sends nothing would otherwise pin 4 MiB
+	// until the server's read timeout. Its first bytes go to a small
+	// buffer; the body's buffer is taken once they came, and grows with
+	// what arrives, from at most maxPreallocBody.
+	rd := http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes)
+	head := heads.Get().(*[headBytes]byte)
+	defer heads.Put(head)
+	// Not io.ReadFull: it reports a body cut short (the body's own
+	// io.ErrUnexpectedEOF) like one that ended early, which is complete.
+	n := 0
+	var err error
+	for n < len(head) && err == nil {
+		var k int
+		k, err = rd.Read(head[n:])
+		n += k
 	}
-	buf.Reset()
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	if err == nil || errors.Is(err, io.EOF) {
+		buf, _ = bodies.Get().(*bytes.Buffer)
+		if buf == nil {
+			buf = new(bytes.Buffer)
+		}
+		buf.Reset()
+		if err == nil { // more to come
+			if r.ContentLength > 0 {
+				buf.Grow(int(min(r.ContentLength, maxPreallocBody)) + bytes.MinRead)
+			}
+			buf.Write(head[:n])
+			_, err = buf.ReadFrom(rd)
+		} else {
+			buf.Write(head[:n])
+			err = nil
+		}
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, nil, p.bodyTooLarge(-1)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// The error names the client's and the server's addresses: no
+		// business of the answer's.
+		return nil, nil, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
+			Message: "the body did not arrive within the server's read timeout", Hint: "send the body as soon as the headers"}
 	}
 	if err != nil {
 		return nil, nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
@@ -326,7 +381,10 @@ func decodeError(err error) *Error {
 	}
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	var aerr *Error
 	switch {
+	case errors.As(err, &aerr): // already an answer
+		return aerr
 	case errors.As(err, &te):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: te.Field,
 			Message: fmt.Sprintf("must be %s, got %s", jsonKind(te.Type.String()), te.Value)}
@@ -394,9 +452,18 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: "must be an integer >= 1, got 0", Hint: "a client's first mutation has id 1"}
 		}
-		if prev, ok := last[pm.Client]; ok && pm.ID != prev+1 {
+		prev, seen := last[pm.Client]
+		if seen && pm.ID != prev+1 {
 			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: fmt.Sprintf("client %s sends id %d after %d in the same push: ids must increase by 1", pm.Client, pm.ID, prev)}
+		}
+		if !seen && p.watch != nil {
+			// Once per client of the push: they all have the push's group.
+			if g, ok := p.watch.clientGroup(org, project, pm.Client); ok && g != group {
+				return nil, &Error{Status: http.StatusConflict, Code: CodeClientOwned, Field: fmt.Sprintf("mutations[%d].client", i),
+					Message: fmt.Sprintf("client %s of %s/%s belongs to client group %s, not %s", pm.Client, org, project, g, group),
+					Hint:    "a client belongs to one client group: give each client of this group a new client id (e.g. a random id kept by the client)"}
+			}
 		}
 		last[pm.Client] = pm.ID
 		args := pm.Args
@@ -429,18 +496,23 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 		}
 		values[i] = v
 	}
-	if wait, ok := p.limiter.allow(claims.Principal(), len(ms), received); !ok {
+	// A subject is unique within its issuer and org only: the same one in
+	// two orgs is two principals, with two buckets.
+	key := claims.Issuer + "\x00" + claims.Org + "\x00" + claims.Subject
+	if wait, ok := p.limiter.allow(key, len(ms), received); !ok {
 		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
-			Message:    fmt.Sprintf("%s is over its rate of %.0f mutations per second", claims.Principal(), p.cfg.Rate),
+			Message:    fmt.Sprintf("%s of org %s is over its rate of %.0f mutations per second", claims.Principal(), claims.Org, p.cfg.Rate),
 			Hint:       "retry after the Retry-After seconds, in order",
 			RetryAfter: int(math.Ceil(wait.Seconds()))}
 	}
 	written, err := p.produce(ctx, ms, values, received)
 	if err != nil {
-		p.cfg.Log.Warn("produce pushed mutations", "err", err, "org", ms[0].Org, "project", ms[0].Project)
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "the mutations could not be written to Kafka: " + err.Error(),
-			Hint:    "retry the same push: mutations already written are skipped as duplicates", RetryAfter: 1}
+		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, CodeUnavailable,
+			"the mutations could not be written to Kafka",
+			"retry the same push: mutations already written are skipped as duplicates", err,
+			"org", ms[0].Org, "project", ms[0].Project)
+		aerr.RetryAfter = 1
+		return nil, aerr
 	}
 	return written, nil
 }

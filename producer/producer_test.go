@@ -1,14 +1,18 @@
 package producer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,7 +137,8 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		c.Limits = schemas.Limits{MaxArgsBytes: 8 << 10}
 		c.Partitions = 6 // follow the changelog: client group owners
 	})
-	// Bob's client group "taken", as a version in canon.versions says.
+	// Bob's client group "taken" with its client b1, as a version in
+	// canon.versions says.
 	bindGroup(t, brokers, names, "acme", "roadmap", "taken", "user:bob")
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if owner, ok := f.p.watch.owner("acme", "roadmap", "taken"); ok && owner == "user:bob" {
@@ -193,6 +198,17 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"read-only token", path, readOnly, "application/json", one, 403, CodeForbidden, "", "needs write"},
 		{"bad project name", "/v1/projects/acme/Road%20Map/push", good, "application/json", one, 400, CodeInvalid, "project", "not a valid name"},
 		{"spoofed client group", path, good, "application/json", strings.Replace(one, `"g1"`, `"taken"`, 1), 409, CodeGroupOwned, "clientGroup", "belongs to another principal"},
+		{"client of another group", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, CodeClientOwned, "mutations[0].client", "belongs to client group taken, not g1"},
+		{"client of another group, second client", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("c1", 1, "item.put", `{}`) + `,` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, CodeClientOwned, "mutations[1].client", "belongs to client group taken"},
+		{"client of another group, Replicache", "/replicache/v1/acme/roadmap/push", good, "application/json", `{"pushVersion":1,"clientGroupID":"g1","mutations":[{"clientID":"b1","id":2,"name":"item.put","args":{}}]}`, 409, CodeClientOwned, "mutations[0].client", "belongs to client group taken"},
+		{"args not UTF-8", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", "{\"a\":\"\xff\"}") + `]}`, 400, CodeInvalid, "mutations[0].args", "not valid UTF-8"},
+		{"args not UTF-8, second mutation", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `,` + mutationJSON("c", 2, "x", "[\"\xc3\"]") + `]}`, 400, CodeInvalid, "mutations[1].args", "not valid UTF-8"},
+		{"client group not UTF-8", path, good, "application/json", "{\"clientGroup\":\"g\xff\",\"mutations\":[" + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, CodeInvalid, "clientGroup", "not valid UTF-8"},
+		{"client not UTF-8", path, good, "application/json", `{"clientGroup":"g","mutations":[` + "{\"client\":\"c\xfe\",\"id\":1,\"name\":\"x\",\"args\":{}}" + `]}`, 400, CodeInvalid, "mutations[0].client", "not valid UTF-8"},
+		{"unknown field not UTF-8", path, good, "application/json", "{\"clientGroup\":\"g\",\"x\xff\":1}", 400, CodeMalformed, "", "not valid UTF-8 (at byte 21)"},
+		{"Replicache args not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\",\"id\":1,\"name\":\"x\",\"args\":\"\xff\"}]}", 400, CodeInvalid, "mutations[0].args", "not valid UTF-8"},
+		{"Replicache client group not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\xff\",\"mutations\":[{\"clientID\":\"c\",\"id\":1,\"name\":\"x\",\"args\":{}}]}", 400, CodeInvalid, "clientGroupID", "not valid UTF-8"},
+		{"Replicache client not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\xff\",\"id\":1,\"name\":\"x\",\"args\":{}}]}", 400, CodeInvalid, "mutations[0].clientID", "not valid UTF-8"},
 		{"unknown wait", path + "?wait=soon", good, "application/json", one, 400, CodeInvalid, "wait", `wait="soon" is not known`},
 		{"wait too long", path + "?wait=applied&timeout=1h", good, "application/json", one, 400, CodeInvalid, "timeout", "not a duration between"},
 	}
@@ -213,6 +229,16 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 				t.Error("401 without WWW-Authenticate")
 			}
 		})
+	}
+	// The websocket pushes through Push: refused the same way.
+	claims, err := f.keys.Verify(good, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, perr := f.p.Push(context.Background(), claims, "acme", "roadmap", PushRequest{ClientGroup: "g1",
+		Mutations: []PushMutation{{Client: "b1", ID: 2, Name: "item.put", Args: json.RawMessage(`{}`)}}})
+	if perr == nil || perr.Status != http.StatusConflict || perr.Code != CodeClientOwned || perr.Field != "mutations[0].client" {
+		t.Errorf("Push of a client of another group: %v, want 409 %s", perr, CodeClientOwned)
 	}
 	if n := countRecords(t, brokers, names.Mutations); n != 0 {
 		t.Fatalf("%d records reached %s", n, names.Mutations)
@@ -248,8 +274,14 @@ func TestRateLimitPerPrincipal(t *testing.T) {
 	if s, _ := push(bob, "b", 1); s != 200 {
 		t.Fatalf("another principal is limited too: %d", s)
 	}
-	if n := countRecords(t, brokers, names.Mutations); n != 4 {
-		t.Fatalf("%d records, want 4 (the refused push wrote nothing)", n)
+	// The same subject in another org is another principal: its own bucket.
+	aliceGlobex := f.token("user:alice", "globex", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := `{"clientGroup":"g-a","mutations":[` + mutationJSON("a", 1, "x", `{}`) + `]}`
+	if s, out, _ := f.post("/v1/projects/globex/roadmap/push", aliceGlobex, "application/json", body); s != 200 {
+		t.Fatalf("user:alice of globex shares the bucket of user:alice of acme: %d %v", s, out)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 5 {
+		t.Fatalf("%d records, want 5 (the refused push wrote nothing)", n)
 	}
 }
 
@@ -366,5 +398,203 @@ func TestPushesKeepTheirArgs(t *testing.T) {
 		if want := fmt.Sprintf(`{"collection":"t","id":"a","data":%d}`, 1000+m.ID); string(m.Args) != want {
 			t.Fatalf("mutation %d has args %s, want %s", m.ID, m.Args, want)
 		}
+	}
+}
+
+// Every push route reads the Authorization header with the one parser:
+// the scheme in any case and a bare token (what Replicache sends) are
+// taken, another scheme is a 401 that says what to send.
+func TestAuthorizationHeader(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	id := 0
+	push := func(header string, replicache bool) (int, string) {
+		t.Helper()
+		id++
+		path, body := "/v1/projects/acme/roadmap/push", `{"clientGroup":"g","mutations":[`+mutationJSON("c", uint64(id), "x", `{}`)+`]}`
+		if replicache {
+			path = "/replicache/v1/acme/roadmap/push"
+			body = fmt.Sprintf(`{"pushVersion":1,"clientGroupID":"g","mutations":[{"clientID":"c","id":%d,"name":"x","args":{}}]}`, id)
+		}
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", header)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	for _, c := range []struct {
+		header string
+		status int
+	}{
+		{"Bearer " + tok, 200},
+		{"bearer " + tok, 200},
+		{"BEARER  " + tok, 200},
+		{tok, 200},
+		{"Basic " + tok, 401},
+	} {
+		for _, replicache := range []bool{false, true} {
+			status, body := push(c.header, replicache)
+			if status != c.status {
+				t.Errorf("Authorization %.12q… (replicache %v): %d %s, want %d", c.header, replicache, status, body, c.status)
+			}
+			if status == 401 && !strings.Contains(body, "Bearer TOKEN") {
+				t.Errorf("Authorization %.12q…: %s does not say what to send", c.header, body)
+			}
+			if status != 200 {
+				id-- // not written: the next push reuses the id
+			}
+		}
+	}
+}
+
+// lockedBuffer is a log destination that goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// When Kafka does not take the mutations, the 503 names a request id and
+// not Kafka's error, which names the brokers; the log has the error under
+// that id.
+func TestUnavailableHidesKafkaErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String() // a broker that refuses connections
+	_ = ln.Close()
+	var logged lockedBuffer
+	f := newFixture(t, []string{gone}, kafka.DefaultTopicNames(), func(c *Config) {
+		c.ProduceTimeout = time.Second
+		c.Log = slog.New(slog.NewJSONHandler(&logged, nil))
+	})
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	status, out, hdr := f.post("/v1/projects/acme/roadmap/push", tok, "application/json",
+		`{"clientGroup":"g","mutations":[`+mutationJSON("c", 1, "x", `{}`)+`]}`)
+	e, _ := out["error"].(map[string]any)
+	id, _ := e["requestId"].(string)
+	if status != http.StatusServiceUnavailable || e["code"] != CodeUnavailable || id == "" || hdr.Get("X-Request-Id") != id {
+		t.Fatalf("%d %v, X-Request-Id %q: want 503 %s with a request id", status, out, hdr.Get("X-Request-Id"), CodeUnavailable)
+	}
+	var line struct {
+		Err       string
+		RequestID string `json:"request_id"`
+	}
+	for l := range strings.Lines(logged.String()) {
+		if strings.Contains(l, id) {
+			_ = json.Unmarshal([]byte(l), &line)
+		}
+	}
+	if line.RequestID != id || line.Err == "" {
+		t.Fatalf("no log line with the request id %s and the error: %s", id, logged.String())
+	}
+	if msg, _ := e["message"].(string); strings.Contains(msg, line.Err) || strings.Contains(msg, gone) {
+		t.Errorf("the answer %q shows Kafka's error %q", msg, line.Err)
+	}
+}
+
+// A push with ?wait=applied answers after its wait even on a server whose
+// write timeout is shorter: the handler extends its own deadline. Here no
+// sequencer runs, so the answer is a timeout outcome (202) after the
+// wait.
+func TestWaitOutlivesWriteTimeout(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, func(c *Config) { c.Partitions = 6 })
+	srv := httptest.NewUnstartedServer(f.srv.Config.Handler)
+	srv.Config.WriteTimeout = 50 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/projects/acme/roadmap/push?wait=applied&timeout=500ms",
+		strings.NewReader(`{"clientGroup":"g","mutations":[`+mutationJSON("c", 1, "x", `{}`)+`]}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the answer after the wait was lost: %v", err)
+	}
+	defer resp.Body.Close()
+	var out PushResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusAccepted ||
+		len(out.Outcomes) != 1 || out.Outcomes[0].Status != OutcomeTimeout {
+		t.Fatalf("%d %+v (%v), want 202 with a timeout outcome", resp.StatusCode, out, err)
+	}
+}
+
+// A body that does not arrive within the server's read timeout is
+// answered 408, without the connection's addresses that the read error
+// names.
+func TestSilentBodyTimesOut(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	srv := httptest.NewUnstartedServer(f.srv.Config.Handler)
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/projects/acme/roadmap/push HTTP/1.1\r\nHost: canon\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 4194304\r\n\r\n{\"clientGroup\":", tok)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), CodeRequestTimeout) || strings.Contains(string(raw), "127.0.0.1") {
+		t.Fatalf("%d %s, want 408 %s without addresses", resp.StatusCode, raw, CodeRequestTimeout)
+	}
+}
+
+// A body cut short (the client announced more bytes than it sent before
+// it closed its side) is refused, even when what came is a whole push.
+func TestTruncatedBodyRefused(t *testing.T) {
+	brokers, names := embedded(t)
+	f := newFixture(t, brokers, names, nil)
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`
+	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/projects/acme/roadmap/push HTTP/1.1\r\nHost: canon\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tok, len(body)+10, body)
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%d %s, want 400", resp.StatusCode, raw)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 0 {
+		t.Fatalf("%d records written for a body cut short", n)
 	}
 }

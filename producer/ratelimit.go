@@ -7,7 +7,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// limiter is a token bucket per principal, for mutations per second.
+// limiter is a token bucket per principal (a token's issuer, org and
+// subject), for mutations per second.
 // Buckets idle for long are dropped so that the map stays small.
 type limiter struct {
 	rate  rate.Limit
@@ -27,7 +28,7 @@ func newLimiter(perSecond float64, burst int) *limiter {
 	return &limiter{rate: rate.Limit(perSecond), burst: burst, buckets: map[string]*bucket{}}
 }
 
-// allow takes n tokens for principal at now, or says how long to wait.
+// allow takes n tokens for the principal's key at now, or says how long to wait.
 // A request larger than the burst can never pass: it is cut to the burst,
 // which the batch limit keeps far above a sane push.
 func (l *limiter) allow(principal string, n int, now time.Time) (time.Duration, bool) {

@@ -107,7 +107,15 @@ func (p *Producer) decodeReplicachePush(body io.Reader) (replicachePush, *Error)
 		case "pushVersion":
 			err = dec.Decode(&req.PushVersion)
 		case "clientGroupID":
-			err = dec.Decode(&req.ClientGroupID)
+			// Raw first: a string decoder turns bytes that are not
+			// UTF-8 into U+FFFD, so two groups would become one.
+			var raw json.RawMessage
+			if err = dec.Decode(&raw); err == nil {
+				if aerr := firstNotUTF8([]namedRaw{{"clientGroupID", raw}}); aerr != nil {
+					return req, aerr
+				}
+				err = json.Unmarshal(raw, &req.ClientGroupID)
+			}
 		case "profileID":
 			err = dec.Decode(&req.ProfileID)
 		case "schemaVersion":
@@ -157,6 +165,9 @@ func (p *Producer) decodeReplicacheMutations(dec *json.Decoder, req *replicacheP
 		if full || (i > 0 && (i >= p.cfg.MaxBatch || *size+int64(len(raw)) > p.cfg.MaxBodyBytes)) {
 			full = true // the rest goes in a later push
 			continue
+		}
+		if aerr := checkReplicacheMutationUTF8(i, raw); aerr != nil {
+			return aerr
 		}
 		var m replicacheMutation
 		if err := json.Unmarshal(raw, &m); err != nil {

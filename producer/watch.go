@@ -46,13 +46,14 @@ type Outcome struct {
 }
 
 // watcher follows canon.versions and canon.rejected from the end, for two
-// things: the owners of client groups, so that a push into another
-// principal's group is refused (409) before anything is written, and the
-// outcomes of written mutations, for ?wait=applied.
+// things: the owners of client groups and the groups of clients, so that a
+// push into another principal's group, or of a client of another group, is
+// refused (409) before anything is written, and the outcomes of written
+// mutations, for ?wait=applied.
 //
-// The ingest's view of owners covers the groups bound since it started;
-// the sequencer, which reads them from the store, is the authority and
-// rejects the rest (reason unauthorized).
+// The ingest's view of owners covers the groups and clients bound since
+// it started; the sequencer, which reads them from the store, is the
+// authority and rejects the rest (reason unauthorized).
 //
 // A mutation's outcome is the version or the rejected record that names
 // its offset. A duplicate produces neither: once the sequencer group's
@@ -71,9 +72,12 @@ type watcher struct {
 
 	mu     sync.Mutex
 	owners map[groupKey]string
-	recent map[position]Outcome
-	expiry []expiring // recent's keys, oldest first
-	waits  map[position][]*waiter
+	// clients are the client groups of clients (groupKey.group is the
+	// client).
+	clients map[groupKey]string
+	recent  map[position]Outcome
+	expiry  []expiring // recent's keys, oldest first
+	waits   map[position][]*waiter
 	// read is, per topic and partition, the offset after the last record
 	// whose event was handled: the tail's positions, copied under mu once
 	// a poll's events are (the tail itself is read by run alone).
@@ -144,7 +148,7 @@ func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
 	w := &watcher{
 		tail: tail, adm: adm, group: cfg.SequencerGroup, vparts: int32(len(start)), rparts: int32(len(rstart)),
 		retain: 2 * time.Minute, recheck: 20 * time.Millisecond,
-		owners: map[groupKey]string{}, recent: map[position]Outcome{}, waits: map[position][]*waiter{},
+		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]Outcome{}, waits: map[position][]*waiter{},
 	}
 	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
 	w.read = map[string][]int64{w.topics.versions: make([]int64, w.vparts), w.topics.rejected: make([]int64, w.rparts)}
@@ -223,6 +227,16 @@ func (w *watcher) event(ev *changelog.Event) {
 					w.owners[k] = m.Principal
 				}
 			}
+			if m.ClientGroup != "" {
+				// As the store binds it: a client's first group is its group.
+				k := groupKey{v.Org, v.Project, m.Client}
+				if _, ok := w.clients[k]; !ok {
+					if len(w.clients) >= maxOwners {
+						clear(w.clients)
+					}
+					w.clients[k] = m.ClientGroup
+				}
+			}
 			o := Outcome{Written: Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
 				Status: OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error, next: ev.Offset + 1}
 			if m.Status == schemas.StatusError {
@@ -271,6 +285,14 @@ func (w *watcher) owner(org, project, group string) (string, bool) {
 	defer w.mu.Unlock()
 	p, ok := w.owners[groupKey{org, project, group}]
 	return p, ok
+}
+
+// clientGroup returns the client group a client belongs to, if known.
+func (w *watcher) clientGroup(org, project, client string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g, ok := w.clients[groupKey{org, project, client}]
+	return g, ok
 }
 
 // wait waits for the outcomes of written mutations until ctx ends; those

@@ -23,7 +23,7 @@ const (
 	CodeTooLarge           = "too_large"                 // 413: the body is over the limit
 	CodeUnsupportedMedia   = "unsupported_media"         // 415: not application/json
 	CodePartitionNotServed = "partition_not_served"      // 421: this instance does not hold the project's partition
-	CodeInternal           = "internal"                  // 500: the store failed; the message says how
+	CodeInternal           = "internal"                  // 500: the store failed; the message names a request id of the server's log
 )
 
 // Error is the JSON error answer of the read API.
@@ -46,7 +46,10 @@ func invalid(field, msg, hint string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: msg, Hint: hint}
 }
 
-func internal(err error) *Error {
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error(),
-		Hint: "retry; if it persists, the instance's store needs an operator's look (its logs say more)"}
+// internal answers a store failure: the error is logged with a request
+// id, which the answer names instead of the error's text.
+func (s *Server) internal(r *http.Request, err error) *Error {
+	return httpapi.Internal(s.cfg.Log, http.StatusInternalServerError, CodeInternal, "the store could not be read",
+		"retry; if it persists, the instance's store needs an operator's look (its log has the details under the request id)",
+		err, "method", r.Method, "path", r.URL.Path)
 }

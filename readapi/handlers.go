@@ -112,7 +112,7 @@ type MutationResponse struct {
 func (s *Server) head(c *call) (uint64, *Error) {
 	h, err := s.cfg.Store.Head(c.org, c.project, c.branch)
 	if err != nil {
-		return 0, internal(err)
+		return 0, s.internal(c.r, err)
 	}
 	if h.Version == 0 {
 		return 0, &Error{Status: http.StatusNotFound, Code: CodeBranchNotFound,
@@ -184,12 +184,12 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("If-None-Match") != "" {
 		h, found, err := s.cfg.Store.HeadAt(c.org, c.project, c.branch, v)
 		if err != nil || !found {
-			writeError(w, internal(fmt.Errorf("read version %d of %s/%s branch %s: found %v, %w", v, c.org, c.project, c.branch, found, err)))
+			writeError(w, s.internal(r, fmt.Errorf("read version %d of %s/%s branch %s: found %v, %w", v, c.org, c.project, c.branch, found, err)))
 			return
 		}
 		hash, err := h.State.StateHash(h.Scalars)
 		if err != nil {
-			writeError(w, internal(err))
+			writeError(w, s.internal(r, err))
 			return
 		}
 		if notModified(w, r, stateETag(hash, v, full)) {
@@ -198,7 +198,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := s.cfg.Store.StateAt(c.org, c.project, c.branch, v, full)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	resp := StateResponse{
@@ -260,7 +260,7 @@ func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request) {
 	if from <= head {
 		vs, err := s.cfg.Store.Versions(c.org, c.project, c.branch, from, int(limit))
 		if err != nil {
-			writeError(w, internal(err))
+			writeError(w, s.internal(r, err))
 			return
 		}
 		resp.Versions = vs
@@ -269,7 +269,7 @@ func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// A page changes only while it reaches the head: its bytes name it.
-	writeVersioned(w, r, resp, cacheRevalidate)
+	s.writeVersioned(w, r, resp, cacheRevalidate)
 }
 
 // itemPath is the collection and id of an item's path, checked.
@@ -306,7 +306,7 @@ func (s *Server) handleItem(w http.ResponseWriter, r *http.Request) {
 	}
 	ref, body, found, err := s.cfg.Store.Item(c.org, c.project, c.branch, collection, id, v)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	if !found {
@@ -352,7 +352,7 @@ func (s *Server) handleBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	w.Header().Set("ETag", etag)
@@ -378,7 +378,7 @@ func (s *Server) handleClient(w http.ResponseWriter, r *http.Request) {
 	}
 	last, err := s.cfg.Store.LastID(c.org, c.project, c.branch, client)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -405,7 +405,7 @@ func (s *Server) handleMutation(w http.ResponseWriter, r *http.Request) {
 	// does not exist, and the answer is still why.
 	rej, rejected, err := s.cfg.Store.Rejection(c.org, c.project, c.branch, client, id)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	if _, aerr := s.head(c); aerr != nil && !rejected {
@@ -416,12 +416,12 @@ func (s *Server) handleMutation(w http.ResponseWriter, r *http.Request) {
 	// seen with a last id that covers it.
 	st, found, err := s.cfg.Store.Mutation(c.org, c.project, c.branch, client, id)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	last, err := s.cfg.Store.LastID(c.org, c.project, c.branch, client)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	resp := MutationResponse{Client: client, Branch: c.branch, ID: id, LastMutationID: last}
@@ -453,10 +453,10 @@ func setCache(w http.ResponseWriter, latest bool) {
 
 // writeVersioned answers v as JSON with an ETag of its bytes, or 304 if
 // the client has them.
-func writeVersioned(w http.ResponseWriter, r *http.Request, v any, cache string) {
+func (s *Server) writeVersioned(w http.ResponseWriter, r *http.Request, v any, cache string) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	b = append(b, '\n')

@@ -109,10 +109,10 @@ func (s *Server) handleProjects(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.listProjects(claims, org, after, int(limit))
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
-	writeVersioned(w, r, resp, cacheRevalidate)
+	s.writeVersioned(w, r, resp, cacheRevalidate)
 }
 
 // listProjects merges the org's projects of every served partition into
@@ -184,13 +184,13 @@ func (s *Server) handleBranches(w http.ResponseWriter, r *http.Request) {
 	}
 	bs, err := s.cfg.Store.Branches(c.org, c.project)
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	if bs == nil {
 		bs = []store.Branch{}
 	}
-	writeVersioned(w, r, BranchesResponse{Org: c.org, Project: c.project, Branches: bs}, cacheRevalidate)
+	s.writeVersioned(w, r, BranchesResponse{Org: c.org, Project: c.project, Branches: bs}, cacheRevalidate)
 }
 
 func (s *Server) handleItemHistory(w http.ResponseWriter, r *http.Request) {
@@ -222,7 +222,7 @@ func (s *Server) handleItemHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	h, err := s.cfg.Store.ItemHistory(c.org, c.project, c.branch, collection, id, before, int(limit))
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	if len(h.Changes) == 0 && before == 0 {
@@ -249,5 +249,5 @@ func (s *Server) handleItemHistory(w http.ResponseWriter, r *http.Request) {
 	if before > 0 && before <= h.Head {
 		cache = cacheImmutable
 	}
-	writeVersioned(w, r, resp, cache)
+	s.writeVersioned(w, r, resp, cache)
 }

@@ -151,7 +151,7 @@ func (s *Server) handleReplicachePull(w http.ResponseWriter, r *http.Request) {
 		ch, err = s.cfg.Store.ChangesSince(c.org, c.project, c.branch, 0, opt)
 	}
 	if err != nil {
-		writeError(w, internal(err))
+		writeError(w, s.internal(r, err))
 		return
 	}
 	if ch.GroupPrincipal != "" && ch.GroupPrincipal != c.claims.Principal() {

@@ -152,6 +152,7 @@ func (s *Server) Mount(mux *http.ServeMux) {
 
 // call is a request that passed the checks every route makes.
 type call struct {
+	r                    *http.Request
 	org, project, branch string
 	claims               *auth.Claims
 }
@@ -162,7 +163,7 @@ type call struct {
 // ?branch= (main by default) when the route takes one. On false it has
 // answered with the error.
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, params ...string) (*call, bool) {
-	c := &call{org: r.PathValue("org"), project: r.PathValue("project"), branch: schemas.DefaultBranch}
+	c := &call{r: r, org: r.PathValue("org"), project: r.PathValue("project"), branch: schemas.DefaultBranch}
 	aerr := s.check(r, c, params)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -234,8 +235,11 @@ func checkParams(r *http.Request, params []string) *Error {
 
 // verify checks the request's bearer token.
 func (s *Server) verify(r *http.Request) (*auth.Claims, *Error) {
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	claims, err := s.cfg.Keys.Verify(strings.TrimSpace(token), s.cfg.Now())
+	token, err := auth.BearerToken(r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, authError(err)
+	}
+	claims, err := s.cfg.Keys.Verify(token, s.cfg.Now())
 	if err != nil {
 		return nil, authError(err)
 	}

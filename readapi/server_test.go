@@ -331,3 +331,35 @@ func TestServesFollowsOwnership(t *testing.T) {
 		t.Fatalf("owned: %d %s", r.status, r.body)
 	}
 }
+
+// Every route reads the Authorization header with the one parser: the
+// scheme in any case, a bare token (what Replicache sends), and a 401 that
+// says what to send for another scheme.
+func TestAuthorizationHeader(t *testing.T) {
+	e := newEnv(t, []int32{1, 2, 3})
+	fill(e)
+	tok := e.token("ann", []string{"doc"}, auth.ScopeRead)
+	pull := []byte(`{"pullVersion":1,"clientGroupID":"g-auth","cookie":null,"profileID":"p","schemaVersion":""}`)
+	for _, c := range []struct {
+		header string
+		status int
+	}{
+		{"Bearer " + tok, http.StatusOK},
+		{"bearer " + tok, http.StatusOK},
+		{"BEARER  " + tok, http.StatusOK},
+		{tok, http.StatusOK},
+		{"Basic " + tok, http.StatusUnauthorized},
+	} {
+		for _, r := range []*response{
+			e.api.do(http.MethodGet, "/v1/projects/acme/doc", "", nil, "Authorization", c.header),
+			e.api.do(http.MethodPost, "/replicache/v1/acme/doc/pull", "", pull, "Authorization", c.header),
+		} {
+			if r.status != c.status {
+				t.Errorf("Authorization %.12q…: %d %s, want %d", c.header, r.status, r.body, c.status)
+			}
+			if r.status == http.StatusUnauthorized && !strings.Contains(string(r.body), "Bearer TOKEN") {
+				t.Errorf("Authorization %.12q…: %s does not say what to send", c.header, r.body)
+			}
+		}
+	}
+}

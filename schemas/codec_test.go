@@ -629,6 +629,20 @@ func TestValidateMethods(t *testing.T) {
 	}
 }
 
+// Args that are not UTF-8 make a record the decoder refuses
+// (undecodable): the encoder refuses them, naming the field.
+func TestEncodeMutationArgsNotUTF8(t *testing.T) {
+	m := testMutation()
+	m.Args = []byte("{\"text\":\"\xff\"}")
+	for _, encode := range []func(*Mutation, Limits) ([]byte, error){EncodeMutation, EncodeCheckedMutation} {
+		_, err := encode(m, Limits{})
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "args" || !strings.Contains(err.Error(), "not valid UTF-8") {
+			t.Errorf("encode args with a byte that is not UTF-8: %v, want an error on field args", err)
+		}
+	}
+}
+
 // The optional members of analysts' history (decidedAt, an error's code,
 // a job's lineage) round-trip; records without them decode as before.
 func TestAnalystsFieldsRoundTrip(t *testing.T) {

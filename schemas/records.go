@@ -216,7 +216,7 @@ const (
 	ReasonKeyMismatch   = "key_mismatch"   // the record key is not the project's key
 	ReasonTooLarge      = "too_large"      // over a size limit
 	ReasonGap           = "gap"            // id > last+1: resend from ExpectedID
-	ReasonUnauthorized  = "unauthorized"   // the client group belongs to another principal
+	ReasonUnauthorized  = "unauthorized"   // the client group belongs to another principal, or the client to another group
 	ReasonProjection    = "projection"     // a projector could not handle a changelog record
 )
 

@@ -117,6 +117,11 @@ func validateArgs(args json.RawMessage, l Limits, a at, checkJSON bool) error {
 	if checkJSON && len(args) > 0 && !jsonValid(args) {
 		return a.errorf("args", "is not valid JSON: %s", preview(args))
 	}
+	if !utf8.Valid(args) {
+		// The JSON checks take such bytes inside strings; the record's
+		// decoder refuses them (undecodable), so its encoder must too.
+		return a.errorf("args", "is not valid UTF-8: JSON text is UTF-8")
+	}
 	return nil
 }
 

@@ -156,10 +156,11 @@ type applier struct {
 	lastIDs   map[lastIDID]uint64 // to write
 	chunks    map[blobID][]byte   // chunks of the call, checked against their hash
 	manifests map[blobID]manifest
-	// groups and groupClients are the client groups and their clients the
-	// call indexed (bindGroup).
+	// groups, groupClients and clients are the client groups, their
+	// clients and the clients' groups the call indexed (bindGroup).
 	groups       map[groupID]string
 	groupClients map[groupClientID]struct{}
+	clients      map[clientID]string
 
 	// source is the highest source offset of the versions the call
 	// applied, if it applied one.

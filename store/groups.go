@@ -9,17 +9,27 @@ import (
 )
 
 // Client groups. The first principal that made a version with a client
-// group in a project owns the group there (DESIGN.md: client binding); the
-// store indexes that binding and the group's clients, from the outcomes of
-// the versions it applies, so that a restored sequencer decides the same
-// and the read side can answer Replicache's lastMutationIDChanges.
+// group in a project owns the group there, and a client belongs to the
+// group of the first version that recorded one of its mutations (DESIGN.md:
+// client binding); the store indexes both bindings and the group's
+// clients, from the outcomes of the versions it applies, so that a
+// restored sequencer (or one whose store was rebuilt from the changelog)
+// decides the same and the read side can answer Replicache's
+// lastMutationIDChanges.
 //
 //	0A group         org, project, group          → principal
 //	0B group client  org, project, group, client  → (empty)
+//	0C client        org, project, client         → group
 
 type groupID struct{ org, project, group string }
 
 type groupClientID struct{ org, project, group, client string }
+
+type clientID struct{ org, project, client string }
+
+func clientKey(p int32, org, project, client string) []byte {
+	return appendString(projectPrefix(p, kindClient, org, project), client)
+}
 
 func groupKey(p int32, org, project, group string) []byte {
 	return appendString(projectPrefix(p, kindGroup, org, project), group)
@@ -39,9 +49,10 @@ func appendGroupClientKey(b []byte, p int32, org, project, group, client string)
 }
 
 // bindGroup indexes an outcome's client group: the group's first principal
-// becomes its owner, and the client becomes one of its clients. Outcomes
-// without a principal (records written to Kafka by trusted tools rather
-// than by the ingest) bind nothing, but their clients are indexed.
+// becomes its owner, the client becomes one of its clients, and the group
+// becomes the client's if the client has none yet. Outcomes without a
+// principal (records written to Kafka by trusted tools rather than by the
+// ingest) bind no owner, but their clients are indexed and bound.
 func (a *applier) bindGroup(org, project string, m *schemas.Outcome) error {
 	if m.ClientGroup == "" {
 		return nil
@@ -63,6 +74,9 @@ func (a *applier) bindGroup(org, project string, m *schemas.Outcome) error {
 			a.groups[gid] = string(owner)
 		}
 	}
+	if err := a.bindClient(org, project, m); err != nil {
+		return err
+	}
 	cid := groupClientID{org, project, m.ClientGroup, m.Client}
 	if _, ok := a.groupClients[cid]; ok {
 		return nil
@@ -70,6 +84,39 @@ func (a *applier) bindGroup(org, project string, m *schemas.Outcome) error {
 	a.groupClients[cid] = struct{}{}
 	a.k2 = appendGroupClientKey(a.k2[:0], a.p, org, project, m.ClientGroup, m.Client)
 	return a.b.Set(a.k2, nil, nil)
+}
+
+// bindClient makes the outcome's group the client's, unless the client
+// has one.
+func (a *applier) bindClient(org, project string, m *schemas.Outcome) error {
+	id := clientID{org, project, m.Client}
+	if _, ok := a.clients[id]; ok {
+		return nil
+	}
+	a.k2 = appendString(appendProjectPrefix(a.k2[:0], a.p, kindClient, org, project), m.Client)
+	group, found, err := get(a.r, a.k2)
+	if err != nil {
+		return err
+	}
+	if !found {
+		group = []byte(m.ClientGroup)
+		if err := a.b.Set(a.k2, group, nil); err != nil {
+			return err
+		}
+	}
+	a.clients[id] = string(group)
+	return nil
+}
+
+// ClientGroup implements model.Reader: the client group a client belongs
+// to in a project; ok is false when no version recorded the client with
+// a group. One point read.
+func (s *Store) ClientGroup(org, project, client string) (group string, ok bool, err error) {
+	v, found, err := get(s.db, clientKey(s.PartitionOf(org, project), org, project, client))
+	if err != nil {
+		return "", false, fmt.Errorf("read the client group of client %s of %s/%s: %w", client, org, project, err)
+	}
+	return string(v), found, nil
 }
 
 // GroupPrincipal implements model.Reader: the principal that owns a

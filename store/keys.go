@@ -36,7 +36,8 @@ const (
 	kindGroup    byte = 0x0A // org, project, group → principal (groups.go)
 	// kindGroupClient: org, project, group, client → empty (groups.go)
 	kindGroupClient byte = 0x0B
-	kindRejection   byte = 0x0C // org, project, branch, client, id → reason (rejections.go)
+	kindClient      byte = 0x0C // org, project, client → client group (groups.go)
+	kindRejection   byte = 0x0D // org, project, branch, client, id → reason (rejections.go)
 )
 
 // globalPartition is the "partition" of the store-wide meta keys. Kafka

@@ -104,6 +104,7 @@ func (ps *partitionState) applier(s *Store, p int32, b *pebble.Batch, r pebble.R
 		a.manifests = make(map[blobID]manifest)
 		a.groups = make(map[groupID]string)
 		a.groupClients = make(map[groupClientID]struct{})
+		a.clients = make(map[clientID]string)
 	}
 	return a
 }
@@ -116,11 +117,12 @@ func (a *applier) reset() {
 	a.source, a.sourceSet = 0, false
 	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests)+len(a.groupClients) > maxReusedEntries {
 		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests = nil, nil, nil, nil, nil
-		a.groups, a.groupClients = nil, nil
+		a.groups, a.groupClients, a.clients = nil, nil, nil
 		return
 	}
 	clear(a.groups)
 	clear(a.groupClients)
+	clear(a.clients)
 	clear(a.heads)
 	clear(a.latest)
 	clear(a.lastIDs)

@@ -88,8 +88,9 @@ func (g *gen) mutation(ts time.Time) *schemas.Mutation {
 	}
 	// Client groups: mostly the client's own, sometimes one shared by
 	// clients of different principals (bound to the first; the others'
-	// mutations are rejected as unauthorized); some records carry no
-	// principal, as if written by a trusted tool.
+	// mutations are rejected as unauthorized, as are those of a client in
+	// a group other than its first); some records carry no principal, as
+	// if written by a trusted tool.
 	group := "g" + client
 	if g.rng.IntN(20) == 0 {
 		group = "shared"
@@ -215,6 +216,19 @@ func checkAgainstModel(t *testing.T, seed uint64, n int) {
 			want, wantOK, _ := mem.GroupPrincipal("acme", project, group)
 			if got != want || gotOK != wantOK {
 				t.Errorf("owner of group %s of %s: store %q %v, model %q %v", group, project, got, gotOK, want, wantOK)
+			}
+		}
+	}
+	// The clients' groups, as the model has them.
+	for _, project := range []string{"roadmap", "budget"} {
+		for _, client := range []string{"c0", "c1", "c2", "c3", "c4"} {
+			got, gotOK, err := st.ClientGroup("acme", project, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantOK, _ := mem.ClientGroup("acme", project, client)
+			if got != want || gotOK != wantOK {
+				t.Errorf("group of client %s of %s: store %q %v, model %q %v", client, project, got, gotOK, want, wantOK)
 			}
 		}
 	}

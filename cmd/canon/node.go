@@ -276,7 +276,7 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 		lastKafkaOK.Store(time.Now().Unix())
 		return nil
 	})
-	ops.Mount(n.mux, n.ready, n.registry)
+	ops.Mount(n.mux, n.ready, n.registry, n.log)
 	if n.pprof {
 		n.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		n.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -290,7 +290,7 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 	if n.cors != nil {
 		h = n.cors.Handler(n.mux)
 	}
-	g.Go(func() error { return ops.Serve(gctx, n.httpLn, h, n.log, 10*time.Second) })
+	g.Go(func() error { return ops.Serve(gctx, n.httpLn, h, n.log, 10*time.Second, ops.Timeouts{}) })
 	for _, c := range components {
 		g.Go(func() error { return c(gctx) })
 	}

@@ -206,3 +206,28 @@ func (k *Keyset) rememberVerified(token string, c *Claims, removals uint64) {
 	}
 	k.verified[token] = &cp
 }
+
+// BearerToken returns the token of an Authorization header value, the one
+// parser of every route (push, reads, Replicache, the websocket):
+// "Bearer TOKEN" with the scheme in any case (RFC 9110 section 11.1: the
+// scheme is case-insensitive) and any spaces around the token, or a bare
+// TOKEN, which is what Replicache sends (its auth option is the header's
+// value as it is). It returns "" for an empty header, and an
+// ErrInvalidToken that says what to send for another scheme.
+func BearerToken(header string) (string, error) {
+	h := strings.TrimSpace(header)
+	scheme, rest, found := strings.Cut(h, " ")
+	if !found {
+		scheme, rest, found = strings.Cut(h, "\t")
+	}
+	if !found {
+		if strings.EqualFold(h, "Bearer") {
+			return "", nil // the scheme without a token: no token
+		}
+		return h, nil // a bare token, or nothing
+	}
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", fmt.Errorf("%w: the Authorization header has the scheme %q: send 'Authorization: Bearer TOKEN'", ErrInvalidToken, scheme)
+	}
+	return strings.TrimSpace(rest), nil
+}

@@ -243,3 +243,33 @@ func TestReplaceForgetsRemovedKeys(t *testing.T) {
 		t.Fatal("a keyset replaced by a verify-only one signed a token")
 	}
 }
+
+// One parser for every route: the scheme in any case, a bare token (as
+// Replicache sends it), and a clear error for another scheme.
+func TestBearerToken(t *testing.T) {
+	for _, tt := range []struct {
+		header, token string
+		bad           bool
+	}{
+		{"", "", false},
+		{"Bearer abc.def.ghi", "abc.def.ghi", false},
+		{"bearer abc.def.ghi", "abc.def.ghi", false},
+		{"BEARER abc.def.ghi", "abc.def.ghi", false},
+		{"Bearer   abc.def.ghi  ", "abc.def.ghi", false},
+		{"Bearer\tabc.def.ghi", "abc.def.ghi", false},
+		{"abc.def.ghi", "abc.def.ghi", false},
+		{"  abc.def.ghi ", "abc.def.ghi", false},
+		{"Bearer", "", false},
+		{"bearer ", "", false},
+		{"Basic dXNlcjpwdw==", "", true},
+		{"Token abc", "", true},
+	} {
+		got, err := BearerToken(tt.header)
+		if got != tt.token || (err != nil) != tt.bad {
+			t.Errorf("BearerToken(%q) = %q, %v; want %q, error %v", tt.header, got, err, tt.token, tt.bad)
+		}
+		if err != nil && (!errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "Bearer TOKEN")) {
+			t.Errorf("BearerToken(%q): %v, want an ErrInvalidToken that says what to send", tt.header, err)
+		}
+	}
+}

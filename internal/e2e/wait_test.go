@@ -113,6 +113,49 @@ func TestClientGroupBinding(t *testing.T) {
 	}
 }
 
+// A client belongs to one client group (issue: P1 pushes g1/c1 id 1, P2
+// pushes g2/c1 id 2 and took over P1's ids): the ingest refuses a client
+// of another group with 409 once it saw the binding, a producer that did
+// not see it writes the mutation and the sequencer rejects it
+// (unauthorized), and the owner's client goes on with its next id.
+func TestClientBinding(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pl := startPipeline(t, ctx, 3)
+	p1 := client.New(pl.url, client.WithToken(pl.token(t, "p1", "p1")))
+	p2 := client.New(pl.url, client.WithToken(pl.token(t, "p2", "p1")))
+	w1 := p1.Writer("acme", "p1", client.WriterConfig{ClientGroup: "g1", Client: "c1"})
+	mustAdd(t, w1, "item.put", `{"collection":"tasks","id":"t1","data":1}`)
+	if out, err := w1.Flush(ctx); err != nil || len(out) != 1 || out[0].Status != client.Applied {
+		t.Fatalf("p1's id 1: %+v, %v", out, err)
+	}
+
+	takeover := client.Push{ClientGroup: "g2", Mutations: []client.Mutation{
+		{Client: "c1", ID: 2, Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":666}`)}}}
+	_, err := p2.Push(ctx, "acme", "p1", takeover, client.PushOptions{})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Code != producer.CodeClientOwned ||
+		apiErr.Field != "mutations[0].client" || !strings.Contains(apiErr.Message, "belongs to client group g1") {
+		t.Fatalf("p2 pushing p1's client: %v, want 409 %s", err, producer.CodeClientOwned)
+	}
+
+	fresh := client.New(pl.serveProducer(t, producer.Config{Partitions: 3}), client.WithToken(pl.token(t, "p2", "p1")))
+	res, err := fresh.Push(ctx, "acme", "p1", takeover, client.PushOptions{Wait: true, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := res.Outcomes[0]; o.Status != client.Rejected || o.Reason != schemas.ReasonUnauthorized || !strings.Contains(o.Message, "client group g1") {
+		t.Fatalf("the sequencer's answer to p2: %+v, want rejected unauthorized", o)
+	}
+	mustAdd(t, w1, "item.put", `{"collection":"tasks","id":"t1","data":2}`)
+	if out, err := w1.Flush(ctx); err != nil || len(out) != 1 || out[0].Status != client.Applied || out[0].ID != 2 {
+		t.Fatalf("p1's id 2: %+v, %v", out, err)
+	}
+	if g, ok, err := pl.store.ClientGroup("acme", "p1", "c1"); err != nil || !ok || g != "g1" {
+		t.Fatalf("the store's group of c1: %q, %v, %v", g, ok, err)
+	}
+}
+
 // A push that is written but not decided in time answers 202 with status
 // timeout: here no sequencer runs.
 func TestPushWaitTimesOut(t *testing.T) {

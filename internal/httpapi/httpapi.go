@@ -8,8 +8,11 @@
 package httpapi
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -31,6 +34,9 @@ type Error struct {
 	Hint    string `json:"hint,omitempty"`
 	// RetryAfter, in seconds, is sent as Retry-After (429 and 503).
 	RetryAfter int `json:"-"`
+	// RequestID names a failure of the server's own making in its log
+	// (Internal); it is also sent as X-Request-Id.
+	RequestID string `json:"requestId,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -44,8 +50,30 @@ func WriteError(w http.ResponseWriter, e *Error) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="canon"`)
 	}
+	if e.RequestID != "" {
+		w.Header().Set("X-Request-Id", e.RequestID)
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	WriteJSON(w, e.Status, map[string]*Error{"error": e})
+}
+
+// Internal is the answer to a failure of the server's own making (a store
+// or Kafka error, 500 or 503): err goes to log with a new request id and
+// attrs (what was being done), the answer carries message, the id and
+// hint, never err's text, which names files, brokers and addresses that
+// are no business of a client's.
+func Internal(log *slog.Logger, status int, code, message, hint string, err error, attrs ...any) *Error {
+	id := NewRequestID()
+	log.Error(message, append([]any{"request_id", id, "status", status, "err", err}, attrs...)...)
+	return &Error{Status: status, Code: code, RequestID: id, Hint: hint,
+		Message: message + " (request id " + id + ": the server's log has the details)"}
+}
+
+// NewRequestID returns a random id for a request, 16 hex digits.
+func NewRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
+	return hex.EncodeToString(b[:])
 }
 
 // WriteJSON writes v as the JSON body of a status answer.

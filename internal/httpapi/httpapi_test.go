@@ -1,11 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/canon-sync/canon/internal/auth"
@@ -62,5 +65,35 @@ func TestAuthError(t *testing.T) {
 		if e.Status != tc.status || e.Hint != tc.hint {
 			t.Errorf("%v: %d %q", tc.err, e.Status, e.Hint)
 		}
+	}
+}
+
+// A failure of the server's own making is logged with a request id; the
+// answer names the id and says nothing of the error, which names files
+// and brokers.
+func TestInternal(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logged, nil))
+	cause := errors.New("open /srv/canon/store/000042.sst: broker 10.0.0.7:9092 refused")
+	e := Internal(log, http.StatusServiceUnavailable, "kafka_unavailable", "the mutations could not be written to Kafka", "retry", cause, "org", "acme")
+	rec := httptest.NewRecorder()
+	WriteError(rec, e)
+	body := rec.Body.String()
+	if rec.Code != http.StatusServiceUnavailable || e.RequestID == "" || rec.Header().Get("X-Request-Id") != e.RequestID {
+		t.Fatalf("%d %s, X-Request-Id %q", rec.Code, body, rec.Header().Get("X-Request-Id"))
+	}
+	if strings.Contains(body, "10.0.0.7") || strings.Contains(body, "/srv/canon") || !strings.Contains(body, `"requestId":"`+e.RequestID+`"`) ||
+		!strings.Contains(body, "request id "+e.RequestID) {
+		t.Errorf("the answer %s shows the cause or lacks the request id", body)
+	}
+	var line struct {
+		Msg, Err, Org string
+		RequestID     string `json:"request_id"`
+	}
+	if err := json.Unmarshal(logged.Bytes(), &line); err != nil || line.RequestID != e.RequestID || line.Err != cause.Error() || line.Org != "acme" {
+		t.Errorf("log %s (%v): want the request id, the cause and the attrs", logged.Bytes(), err)
+	}
+	if a, b := NewRequestID(), NewRequestID(); a == b || len(a) != 16 {
+		t.Errorf("request ids %q and %q: want two different ones of 16 hex digits", a, b)
 	}
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/canon-sync/canon/internal/httpapi"
 )
 
 // CheckTimeout bounds each readiness check.
@@ -71,12 +73,18 @@ func (r *Readiness) Check(ctx context.Context) map[string]error {
 
 // readyResponse is the JSON body of /readyz.
 type readyResponse struct {
-	Ready  bool              `json:"ready"`
-	Failed map[string]string `json:"failed,omitempty"`
+	Ready bool `json:"ready"`
+	// Failed names the checks that failed, each with "not ready"; why is
+	// in the log, under RequestID.
+	Failed    map[string]string `json:"failed,omitempty"`
+	RequestID string            `json:"requestId,omitempty"`
 }
 
-// Mount adds /healthz, /readyz and /metrics to mux.
-func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer) {
+// Mount adds /healthz, /readyz and /metrics to mux. /readyz answers
+// anyone, so it names the checks that failed but not their errors, which
+// name brokers, addresses and files: those go to log with a request id
+// that the answer gives.
+func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer, log *slog.Logger) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -85,10 +93,13 @@ func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer) {
 		failures := ready.Check(r.Context())
 		resp := readyResponse{Ready: len(failures) == 0}
 		if !resp.Ready {
+			resp.RequestID = httpapi.NewRequestID()
 			resp.Failed = make(map[string]string, len(failures))
 			for _, name := range slices.Sorted(maps.Keys(failures)) {
-				resp.Failed[name] = failures[name].Error()
+				resp.Failed[name] = "not ready"
+				log.Warn("not ready", "request_id", resp.RequestID, "check", name, "err", failures[name])
 			}
+			w.Header().Set("X-Request-Id", resp.RequestID)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if !resp.Ready {
@@ -99,12 +110,45 @@ func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 }
 
+// Timeouts bound what a client may hold of the server: a zero field
+// takes its DefaultTimeouts value.
+type Timeouts struct {
+	// ReadHeader bounds the reading of a request's headers, Read that of
+	// the whole request, body included: a client that announces a body
+	// and sends nothing is disconnected after Read.
+	ReadHeader, Read time.Duration
+	// Write bounds a request from the end of its headers to the end of
+	// its answer. Handlers that answer later on purpose extend their own
+	// deadline (a push with ?wait=applied); a websocket sets its own read
+	// and write deadlines on the hijacked connection before every read
+	// and write, which replace the server's.
+	Write time.Duration
+	// Idle is how long a keep-alive connection may wait for its next
+	// request before the server closes it.
+	Idle time.Duration
+}
+
+// DefaultTimeouts are the timeouts of Canon's HTTP server. Write leaves
+// room for a 30 s profile of /debug/pprof/profile.
+var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: time.Minute, Idle: time.Minute}
+
 // Serve serves h on ln until ctx ends, then shuts down gracefully, giving
 // in-flight requests up to grace to finish.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, grace time.Duration) error {
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, grace time.Duration, t Timeouts) error {
+	for _, f := range []struct{ v, d *time.Duration }{
+		{&t.ReadHeader, &DefaultTimeouts.ReadHeader}, {&t.Read, &DefaultTimeouts.Read},
+		{&t.Write, &DefaultTimeouts.Write}, {&t.Idle, &DefaultTimeouts.Idle},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)

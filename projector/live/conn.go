@@ -146,11 +146,14 @@ func (c *conn) accept(r *http.Request) *closeReason {
 		}
 		c.from = &v
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		token = q.Get("token")
+	token, err := auth.BearerToken(r.Header.Get("Authorization"))
+	if err == nil && token == "" {
+		token = strings.TrimSpace(q.Get("token")) // browsers cannot set the header
 	}
-	claims, err := c.s.cfg.Keys.Verify(strings.TrimSpace(token), c.s.cfg.Now())
+	var claims *auth.Claims
+	if err == nil {
+		claims, err = c.s.cfg.Keys.Verify(token, c.s.cfg.Now())
+	}
 	if err == nil {
 		err = claims.Allow(c.org, c.project, auth.ScopeRead)
 	}
@@ -646,6 +649,9 @@ func (c *conn) handle(typ int, b []byte) []byte {
 }
 
 func (c *conn) push(requestID string, b []byte) []byte {
+	if perr := producer.CheckUTF8(b); perr != nil {
+		return c.pushError(requestID, perr)
+	}
 	var msg PushMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

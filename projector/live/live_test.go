@@ -3,7 +3,11 @@ package live
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +32,8 @@ func TestLive(t *testing.T) {
 	t.Run("every subscriber gets every version once in order", func(t *testing.T) { testConcurrentPushes(t, e) })
 	t.Run("slow consumer", func(t *testing.T) { testSlowConsumer(t, e) })
 	t.Run("auth", func(t *testing.T) { testAuth(t, e) })
+	t.Run("authorization header", func(t *testing.T) { testAuthorizationHeader(t, e) })
+	t.Run("request timeouts", func(t *testing.T) { testRequestTimeouts(t, e) })
 	t.Run("reset", func(t *testing.T) { testReset(t, e) })
 	t.Run("push on the socket", func(t *testing.T) { testPush(t, e) })
 	t.Run("oversized message", func(t *testing.T) { testOversized(t, e) })
@@ -457,7 +463,43 @@ func testPush(t *testing.T, e *env) {
 		t.Fatalf("rejected %+v", rejected)
 	}
 
+	// Client c1 belongs to group g1: pushed in g2 (by the same principal,
+	// here), the sequencer rejects it as unauthorized.
+	send(`{"type":"push","requestId":"r2b","clientGroup":"g2","mutations":[{"client":"c1","id":3,"name":"item.put","args":{"collection":"c","id":"a","data":3}}]}`)
+	rejected = RejectedMessage{}
+	for sawPushed := false; !sawPushed || rejected.Type == ""; {
+		m, err := c.next(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case TypePushed:
+			sawPushed = true
+		case TypeRejected:
+			if err := json.Unmarshal(m.raw, &rejected); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	if rejected.Reason != schemas.ReasonUnauthorized || rejected.Client != "c1" || rejected.ID != 3 || !strings.Contains(rejected.Message, "client group g1") {
+		t.Fatalf("c1 in another group: rejected %+v", rejected)
+	}
+
 	// Refusals come back as error messages, and the socket stays open.
+	// Bytes that are not UTF-8 are refused, naming the field, before they
+	// are acknowledged.
+	for _, tc := range []struct{ body, code, field string }{
+		{"{\"type\":\"push\",\"requestId\":\"u1\",\"clientGroup\":\"g1\",\"mutations\":[{\"client\":\"c1\",\"id\":3,\"name\":\"item.put\",\"args\":{\"collection\":\"c\",\"id\":\"a\",\"data\":\"\xff\"}}]}", "invalid_field", "mutations[0].args"},
+		{"{\"type\":\"push\",\"requestId\":\"u2\",\"clientGroup\":\"g\xff\",\"mutations\":[{\"client\":\"c1\",\"id\":3,\"name\":\"item.put\",\"args\":{}}]}", "invalid_field", "clientGroup"},
+		{"{\"type\":\"push\",\"requestId\":\"u3\",\"clientGroup\":\"g1\",\"mutations\":[{\"client\":\"c\xc3\",\"id\":3,\"name\":\"item.put\",\"args\":{}}]}", "invalid_field", "mutations[0].client"},
+	} {
+		send(tc.body)
+		if m := c.expect(TypeError); m.Error.Code != tc.code || m.Error.Field != tc.field {
+			t.Fatalf("%q: %s, want %s on %s", tc.body, m.raw, tc.code, tc.field)
+		}
+	}
 	for _, tc := range []struct{ body, code string }{
 		{`{"type":"push","requestId":"r3","branch":"other","clientGroup":"g1","mutations":[{"client":"c1","id":3,"name":"item.put","args":{}}]}`, CodeWrongBranch},
 		{`{"type":"push","requestId":"r4","clientGroup":"g1","mutations":[]}`, "empty_batch"},
@@ -538,6 +580,62 @@ func testNotServed(t *testing.T, e *env) {
 	if code != CloseNotServed || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeNotServed {
 		t.Fatalf("moved away: close %d after %v", code, got)
 	}
+}
+
+// The socket reads the Authorization header with the parser of every
+// other route: the scheme in any case, a bare token; another scheme is
+// refused (4001) and says what to send, even with a good ?token=.
+func testAuthorizationHeader(t *testing.T, e *env) {
+	tok := e.token("acme", []string{"authh"}, time.Hour, auth.ScopeRead)
+	for _, header := range []string{"bearer " + tok, "BEARER " + tok, tok} {
+		cl, err := dial(t, e.srv, "acme", "authh", "", http.Header{"Authorization": {header}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.expect(TypeHello)
+		cl.close()
+	}
+	cl, err := dial(t, e.srv, "acme", "authh", "token="+tok, http.Header{"Authorization": {"Basic " + tok}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	code, got := cl.closeCode()
+	if code != CloseUnauthenticated || len(got) != 1 || got[0].Error == nil || !strings.Contains(got[0].Error.Message, "Bearer TOKEN") {
+		t.Fatalf("Basic scheme: close %d after %v, want %d saying what to send", code, got, CloseUnauthenticated)
+	}
+}
+
+// A socket outlives the HTTP server's request timeouts: they bound a
+// request, and the socket keeps deadlines of its own. The socket is
+// opened first; once the server closed an idle connection opened after
+// it (its read timeout passed), the socket's own did too, and the socket
+// still answers.
+func testRequestTimeouts(t *testing.T, e *env) {
+	_, base := e.startLive(e.st, nil)
+	srv := httptest.NewUnstartedServer(base.Config.Handler)
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	c, err := dial(t, srv, "acme", "timeouts", "", bearer(e.token("acme", []string{"timeouts"}, time.Hour, auth.ScopeRead)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.expect(TypeHello)
+	idle, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	_ = idle.SetReadDeadline(time.Now().Add(time.Minute)) // only against a hang
+	if _, err := io.Copy(io.Discard, idle); err != nil {
+		t.Fatalf("the server did not close an idle connection: %v", err)
+	}
+	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping","requestId":"p"}`)); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(TypePong)
 }
 
 // An expired token neither pushes nor reads: a push after the expiry is
