@@ -45,8 +45,9 @@ type Config struct {
 	Topics kafka.TopicNames
 	// Group is the consumer group of all sequencer instances; default
 	// "canon-sequencer". Renaming it makes the new group start from the
-	// committed offsets of nobody: every mutation would be decided again
-	// (harmlessly, as duplicates, but slowly).
+	// committed offsets of nobody: canon.mutations is read again from the
+	// start, and every record decided before is skipped (never decided
+	// again), which takes a while on a long topic.
 	Group string
 	// InstanceID names this instance; its transactional id is
 	// "<Group>-<InstanceID>". It must be unique among running instances.

@@ -44,10 +44,12 @@ type Sequencer struct {
 	running     atomic.Bool
 
 	// Used by the poll loop only: when a partition whose restore failed
-	// is tried again, and the source offset of the last restored version
-	// of a partition whose first record was not polled yet.
-	nextTry    map[int32]time.Time
-	inputAfter map[int32]int64
+	// is tried again; the highest input offset of each restored partition
+	// that was decided before (see skipDecided), and whether skipping
+	// below it was reported since the restore.
+	nextTry     map[int32]time.Time
+	decidedUpTo map[int32]int64
+	warned      map[int32]bool
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -64,7 +66,8 @@ func New(cfg Config) (*Sequencer, error) {
 		owned:       map[int32]bool{},
 		needRestore: map[int32]uint64{},
 		nextTry:     map[int32]time.Time{},
-		inputAfter:  map[int32]int64{},
+		decidedUpTo: map[int32]int64{},
+		warned:      map[int32]bool{},
 	}, nil
 }
 
@@ -230,7 +233,8 @@ func (s *Sequencer) dropOwnership() {
 	clear(s.owned)
 	clear(s.needRestore)
 	clear(s.nextTry)
-	clear(s.inputAfter)
+	clear(s.decidedUpTo)
+	clear(s.warned)
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
@@ -382,8 +386,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	outcomes := map[string]int{}
 	decided := 0
 	for len(recs) > 0 && decideErr == nil {
-		s.checkInputOffsets(recs)
-		for _, r := range recs {
+		for _, r := range s.skipDecided(recs) {
 			outcome, err := s.handle(ctx, sess, b, r)
 			if err != nil {
 				decideErr = err
