@@ -18,6 +18,7 @@ type metrics struct {
 	restoring        prometheus.Gauge
 	offsetBehind     prometheus.Counter
 	inputSkipped     prometheus.Counter
+	fenced           prometheus.Counter
 	// gathers counts transactions that waited for the fetch after a
 	// stale poll (Config.GatherWait).
 	gathers prometheus.Counter
@@ -84,6 +85,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "input_offset_behind_total",
 			Help: "Restores after which the group's committed input offset was behind what was decided (offsets reset or deleted).",
 		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "fenced_transactions_total",
+			Help: "Open transactions of instances gone from the group that a restore fenced rather than wait for their timeout.",
+		}),
 		inputSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "input_skipped_total",
 			Help: "Input records skipped because they were decided before (the group's offsets were moved back).",
@@ -91,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.gathers)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers)
 	}
 	return m
 }

@@ -70,32 +70,27 @@ var errUnexplained = errors.New("changelog does not explain the local state")
 // canon.versions[p].
 func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error {
 	start := time.Now()
-	adm := kadm.NewClient(cl)
 	topic := s.cfg.Topics.Versions
-	starts, err := adm.ListStartOffsets(ctx, topic)
+	first, end, high, err := s.changelogOffsets(ctx, cl, p)
 	if err != nil {
-		return fmt.Errorf("list start offsets of %s: %w", topic, err)
+		return err
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
-	if err != nil {
-		return fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+	if high > end {
+		// A transaction of a gone instance would hold the partition until
+		// the broker's transaction timeout: fence it, then look again.
+		fenced, ferr := s.fenceAbandoned(ctx, cl, p)
+		if ferr != nil {
+			s.log.Warn("cannot fence the open transaction on the changelog; waiting for it to end", "partition", p, "err", ferr)
+		}
+		if fenced {
+			if first, end, high, err = s.changelogOffsets(ctx, cl, p); err != nil {
+				return err
+			}
+		}
 	}
-	// After the last stable offset: the high watermark, which is beyond
-	// it while a transaction is open.
-	highs, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("list end offsets of %s: %w", topic, err)
-	}
-	so, ok := starts.Lookup(topic, p)
-	eo, ok2 := ends.Lookup(topic, p)
-	ho, ok3 := highs.Lookup(topic, p)
-	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
-		return fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
-	}
-	first, end := so.Offset, eo.Offset
-	if ho.Offset > end {
+	if high > end {
 		return fmt.Errorf("%w: %s[%d] has records up to offset %d, its last stable offset is %d",
-			errOpenTransaction, topic, p, ho.Offset, end)
+			errOpenTransaction, topic, p, high, end)
 	}
 
 	from, stored, err := s.cfg.Store.Offset(p)
@@ -143,6 +138,33 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	s.m.restoreSeconds.Observe(d.Seconds())
 	s.log.Info("partition restored", "partition", p, "from", from, "to", end, "records", n, "bytes", bytes, "took", d)
 	return nil
+}
+
+// changelogOffsets returns the start, the last stable offset and the high
+// watermark of canon.versions[p]; the high watermark is beyond the last
+// stable offset while a transaction is open.
+func (s *Sequencer) changelogOffsets(ctx context.Context, cl *kgo.Client, p int32) (first, end, high int64, err error) {
+	adm := kadm.NewClient(cl)
+	topic := s.cfg.Topics.Versions
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+	}
+	highs, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	so, ok := starts.Lookup(topic, p)
+	eo, ok2 := ends.Lookup(topic, p)
+	ho, ok3 := highs.Lookup(topic, p)
+	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
+		return 0, 0, 0, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
+	}
+	return so.Offset, eo.Offset, ho.Offset, nil
 }
 
 // noteDecided notes, after a restore, the highest offset of p's input

@@ -132,6 +132,8 @@ func (n *node) closeStore() {
 type sequencerTuning struct {
 	sessionTimeout time.Duration
 	txnTimeout     time.Duration
+	// instanceID is --instance-id; empty keeps the one of the data dir.
+	instanceID string
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP
