@@ -26,7 +26,11 @@ Every canon process does this at start; this command does it alone.`,
 			if err != nil {
 				return err
 			}
-			opts, err := kafka.ClientConfig{Brokers: f.brokers, ClientID: "canon-topics", Log: log}.Opts()
+			kcfg, err := f.clientConfig("canon-topics", log)
+			if err != nil {
+				return err
+			}
+			opts, err := kcfg.Opts()
 			if err != nil {
 				return usageError{err}
 			}
@@ -37,7 +41,7 @@ Every canon process does this at start; this command does it alone.`,
 			defer cl.Close()
 			info, err := kafka.EnsureTopics(cmd.Context(), cl, f.topicsConfig(), log)
 			if err != nil {
-				return err
+				return kafka.ExplainConnError(err)
 			}
 			for _, name := range []string{info.Names.Mutations, info.Names.Versions, info.Names.Rejected} {
 				state := "exists"
