@@ -54,10 +54,16 @@ func LoadInstanceID(dir string) (string, error) {
 	return id, nil
 }
 
+// validInstanceRune reports whether Kafka accepts r in a group instance
+// id.
+func validInstanceRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_'
+}
+
 func newInstanceID() string {
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
+		if validInstanceRune(r) {
 			return r
 		}
 		return '-'
@@ -77,7 +83,7 @@ func checkInstanceID(id string) error {
 		return fmt.Errorf("instance id %q: use 1 to 249 characters", id)
 	}
 	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+		if !validInstanceRune(r) {
 			return fmt.Errorf("instance id %q: use letters, digits, '.', '_' and '-' only", id)
 		}
 	}
@@ -93,7 +99,7 @@ const fenceGrace = time.Second
 // fenceAbandoned fences the transactions that keep canon.versions[p]
 // from being stable, when they belong to instances of this group that
 // are gone: a process killed with its transaction open leaves it to the
-// broker's transaction timeout (30s and more), while initialising a
+// broker's transaction timeout (30s and more), while initializing a
 // producer with its transactional id aborts it at once. A transaction is
 // fenced when its instance is no static member of the group any more, or
 // when it has been seen open for fenceGrace while the group has dynamic
@@ -161,7 +167,7 @@ func (s *Sequencer) fenceAbandoned(ctx context.Context, cl *kgo.Client, p int32)
 	return fenced, nil
 }
 
-// fence initialises a producer with another instance's transactional id:
+// fence initializes a producer with another instance's transactional id:
 // the broker bumps its epoch and aborts its open transaction, and answers
 // once the abort is complete. A transaction whose commit had begun is
 // completed instead: nothing that may have committed is aborted.

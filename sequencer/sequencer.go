@@ -326,7 +326,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 	}()
 	s.log.Info("sequencer joining group", "group", s.cfg.Group, "topic", s.cfg.Topics.Mutations, "transactional_id", txnID)
 
-	// Initialise the producer before any restore: this fences the
+	// Initialize the producer before any restore: this fences the
 	// previous epoch of the transactional id, whose open transaction (a
 	// killed predecessor's, or this process's own after an ambiguous end)
 	// the broker then aborts at once, or completes if its commit had
@@ -335,7 +335,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: initialise the producer of transactional id %s: %w", errSession, txnID, err)
+		return fmt.Errorf("%w: initialize the producer of transactional id %s: %w", errSession, txnID, err)
 	}
 
 	for {

@@ -21,7 +21,7 @@ func TestSecurityFlagsReachTheClients(t *testing.T) {
 		{[]string{"topics", "--brokers", "127.0.0.1:1", "--kafka-sasl-mechanism", "GSSAPI", "--kafka-sasl-user", "u", "--kafka-sasl-password", "p"}, "SASL mechanism \"GSSAPI\""},
 		{[]string{"serve", "--brokers", "127.0.0.1:1", "--kafka-tls-ca", missing}, "--kafka-tls-ca"},
 		{[]string{"serve", "--brokers", "127.0.0.1:1", "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "u", "--kafka-sasl-password-file", missing}, "--kafka-sasl-password-file"},
-		{[]string{"replay", "--brokers", "127.0.0.1:1", "--project", "acme/doc", "--kafka-option", "nope=1"}, "Kafka client option \"nope=1\""},
+		{[]string{"replay", "--brokers", "127.0.0.1:1", "--project", "acme/doc", "--kafka-option", "nope=1"}, "client option \"nope=1\" (--kafka-option)"},
 		{[]string{"migrate", "--clickhouse", "127.0.0.1:1", "--clickhouse-password-file", missing}, "--clickhouse-password-file"},
 		{[]string{"migrate", "--clickhouse", "127.0.0.1:1", "--clickhouse-tls-ca", missing}, "--clickhouse-tls-ca"},
 	} {

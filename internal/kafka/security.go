@@ -111,11 +111,11 @@ func (s SecurityConfig) Apply(c *ClientConfig) error {
 		name, value, ok := strings.Cut(o, "=")
 		f := clientOptions[strings.TrimSpace(name)]
 		if !ok || f == nil {
-			return fmt.Errorf("Kafka client option %q: use NAME=VALUE with NAME one of %s", o, strings.Join(ClientOptionNames(), ", "))
+			return fmt.Errorf("client option %q (--kafka-option): use NAME=VALUE with NAME one of %s", o, strings.Join(ClientOptionNames(), ", "))
 		}
 		opt, err := f(strings.TrimSpace(value))
 		if err != nil {
-			return fmt.Errorf("Kafka client option %s: %w", name, err)
+			return fmt.Errorf("client option %s (--kafka-option): %w", name, err)
 		}
 		c.Extra = append(c.Extra, opt)
 	}
