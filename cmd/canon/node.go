@@ -36,6 +36,7 @@ type kafkaFlags struct {
 	topicPrefix       string
 	partitions        int32
 	replicationFactor int16
+	minInsyncReplicas int
 	maxMessageBytes   int32
 	security          kafka.SecurityConfig
 }
@@ -46,7 +47,9 @@ func (k *kafkaFlags) register(cmd *cobra.Command, brokersHelp string) {
 	f.StringVar(&k.topicPrefix, "topic-prefix", "", "prefix of Canon's topic names, to share a Kafka cluster between deployments")
 	f.Int32Var(&k.partitions, "topic-partitions", kafka.DefaultPartitions,
 		"partitions of Canon's topics when they are created (existing topics keep theirs)")
-	f.Int16Var(&k.replicationFactor, "replication-factor", -1, "replication factor of new topics (-1: the broker's default)")
+	f.Int16Var(&k.replicationFactor, "replication-factor", -1, "replication factor of new topics (-1: 3, or the number of brokers when fewer)")
+	f.IntVar(&k.minInsyncReplicas, "min-insync-replicas", 0,
+		"min.insync.replicas of new replicated topics: replicas that hold a record before it is acknowledged (0: 2; at least 2)")
 	f.Int32Var(&k.maxMessageBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "max.message.bytes of Canon's topics")
 	registerKafkaSecurity(cmd, &k.security)
 }
@@ -86,6 +89,7 @@ func (k *kafkaFlags) topicsConfig() kafka.TopicsConfig {
 		Names:             kafka.DefaultTopicNames().WithPrefix(k.topicPrefix),
 		Partitions:        k.partitions,
 		ReplicationFactor: k.replicationFactor,
+		MinInsyncReplicas: k.minInsyncReplicas,
 		MaxMessageBytes:   k.maxMessageBytes,
 	}
 }

@@ -56,10 +56,10 @@ func NewCA(dir, name string) (*CA, error) {
 	return ca, nil
 }
 
-// Issue signs a certificate for name, valid for 127.0.0.1 and localhost,
-// for servers and clients, and writes it and its key (PKCS #8, not
+// Issue signs a certificate for name, valid for 127.0.0.1, localhost and
+// hosts, for servers and clients, and writes it and its key (PKCS #8, not
 // encrypted) as PEM files.
-func (ca *CA) Issue(name string) (certFile, keyFile string, err error) {
+func (ca *CA) Issue(name string, hosts ...string) (certFile, keyFile string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", err
@@ -71,7 +71,7 @@ func (ca *CA) Issue(name string) (certFile, keyFile string, err error) {
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
+		DNSNames:     append([]string{"localhost"}, hosts...),
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
