@@ -71,6 +71,7 @@ up: ## Start Kafka, ClickHouse and Canon with Docker Compose
 	@mkdir -p deploy
 	@test -f deploy/keys.json || $(GO) run ./cmd/canon token keygen --keys deploy/keys.json
 	@test -f deploy/public-keys.json || $(GO) run ./cmd/canon token public --keys deploy/keys.json --out deploy/public-keys.json
+	@$(GO) run ./internal/testenv/certs -dir deploy/certs -hosts kafka-1,kafka-2,kafka-3
 	docker compose up -d --build
 
 .PHONY: down

@@ -8,12 +8,9 @@
 package sequencer
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +28,7 @@ const (
 	DefaultMaxBatchTime    = 20 * time.Millisecond
 	DefaultLinger          = time.Millisecond
 	DefaultGatherWait      = 2 * time.Millisecond
-	DefaultSessionTimeout  = 10 * time.Second
+	DefaultSessionTimeout  = 8 * time.Second
 	DefaultTxnTimeout      = 30 * time.Second
 	DefaultRestoreBatch    = 2000
 	DefaultFetchMaxWait    = 500 * time.Millisecond
@@ -46,12 +43,21 @@ type Config struct {
 	Topics kafka.TopicNames
 	// Group is the consumer group of all sequencer instances; default
 	// "canon-sequencer". Renaming it makes the new group start from the
-	// committed offsets of nobody: every mutation would be decided again
-	// (harmlessly, as duplicates, but slowly).
+	// committed offsets of nobody: canon.mutations is read again from the
+	// start, and every record decided before is skipped (never decided
+	// again), which takes a while on a long topic.
 	Group string
-	// InstanceID names this instance; its transactional id is
-	// "<Group>-<InstanceID>". It must be unique among running instances.
-	// Default: the host name and a random suffix.
+	// InstanceID names this instance: its transactional id is
+	// "<Group>-<InstanceID>" and, when given, it is the instance's static
+	// group membership (group.instance.id). Keep it across restarts
+	// (LoadInstanceID keeps it in the data directory): a restarted
+	// instance then fences its predecessor's open transaction at once and
+	// takes its partitions back without a rebalance. It must be unique
+	// among running instances: two with one id fence each other, and the
+	// older stops with ErrDuplicateInstance. Default: the host name and a
+	// random suffix, new at every start, with dynamic membership (a
+	// restart then waits for the predecessor's session and transaction
+	// timeouts, unless another instance fences it; see docs/sequencer.md).
 	InstanceID string
 
 	// Store is the instance's Pebble store. The sequencer writes to it
@@ -84,9 +90,11 @@ type Config struct {
 	// flushed when the transaction ends, so a longer linger only adds
 	// latency.
 	Linger time.Duration
-	// SessionTimeout of the group membership; default 10s. An instance
+	// SessionTimeout of the group membership; default 8s. An instance
 	// that stops heartbeating for this long loses its partitions, and its
-	// late transactions are fenced.
+	// late transactions are fenced. With a static instance id, a stopped
+	// instance keeps its partitions this long too (so that a restart
+	// finds them), and another takes them over after it.
 	SessionTimeout time.Duration
 	// TransactionTimeout is how long the broker lets an open transaction
 	// live before aborting it; default 30s.
@@ -117,10 +125,7 @@ func (c *Config) setDefaults() {
 		c.Topics = kafka.DefaultTopicNames()
 	}
 	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		c.InstanceID = host + "-" + hex.EncodeToString(b[:])
+		c.InstanceID = newInstanceID()
 	}
 	if c.Registry == nil {
 		c.Registry = model.NewRegistry()
@@ -177,6 +182,11 @@ func (c *Config) Validate() error {
 	}
 	if c.FetchMaxWait < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("sequencer: fetch max wait %v: use at least 10ms (default 500ms)", c.FetchMaxWait))
+	}
+	if c.InstanceID != "" {
+		if err := checkInstanceID(c.InstanceID); err != nil {
+			errs = append(errs, fmt.Errorf("sequencer: %w", err))
+		}
 	}
 	if c.TransactionTimeout > 0 && c.SessionTimeout > 0 && c.TransactionTimeout < c.SessionTimeout {
 		errs = append(errs, fmt.Errorf("sequencer: transaction timeout %v is shorter than the session timeout %v", c.TransactionTimeout, c.SessionTimeout))

@@ -242,11 +242,15 @@ type loadGen struct {
 	t       *testing.T
 	e       *topicsEnv
 	clients []*genClient
-	rounds  int
 	window  int64
 	rng     *mrand.Rand
+	// rate, when set, paces the generator to this many mutations a
+	// second, so that a long test has load at every moment.
+	rate float64
 
 	mu     sync.Mutex
+	rounds int               // the last round; finish lowers it
+	round  int               // the round being produced
 	expect map[mutKey]string // status: applied or error
 	allow  int64
 	perr   error
@@ -266,12 +270,25 @@ func newLoadGen(t *testing.T, e *topicsEnv, projects, clients, rounds int, seed 
 	return g
 }
 
-func (g *loadGen) total() int64 { return int64(len(g.clients) * g.rounds) }
+func (g *loadGen) total() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return int64(len(g.clients) * g.rounds)
+}
+
+// finish makes the round being produced the last one, for a paced
+// generator whose test has seen enough.
+func (g *loadGen) finish() {
+	g.mu.Lock()
+	g.rounds = max(g.round, 1)
+	g.mu.Unlock()
+}
 
 // allowUpTo lets the generator produce up to a fraction of the total.
 func (g *loadGen) allowUpTo(frac float64) {
+	n := int64(frac * float64(g.total()))
 	g.mu.Lock()
-	g.allow = max(g.allow, int64(frac*float64(g.total())))
+	g.allow = max(g.allow, n)
 	g.mu.Unlock()
 }
 
@@ -290,8 +307,26 @@ func (g *loadGen) waitProduced(ctx context.Context, frac float64) {
 // run produces every mutation, paced by allow and the window.
 func (g *loadGen) run(ctx context.Context, decided func() int64) {
 	defer close(g.done)
-	for round := 1; round <= g.rounds; round++ {
+	start := time.Now()
+	for round := 1; ; round++ {
+		g.mu.Lock()
+		last := round > g.rounds
+		if !last {
+			g.round = round
+		}
+		g.mu.Unlock()
+		if last {
+			return
+		}
 		for _, c := range g.clients {
+			if g.rate > 0 {
+				due := start.Add(time.Duration(float64(g.produced.Load()) / g.rate * float64(time.Second)))
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(due)):
+				}
+			}
 			for {
 				g.mu.Lock()
 				allow := g.allow

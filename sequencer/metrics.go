@@ -17,6 +17,8 @@ type metrics struct {
 	ownedPartitions  prometheus.Gauge
 	restoring        prometheus.Gauge
 	offsetBehind     prometheus.Counter
+	inputSkipped     prometheus.Counter
+	fenced           prometheus.Counter
 	// gathers counts transactions that waited for the fetch after a
 	// stale poll (Config.GatherWait).
 	gathers prometheus.Counter
@@ -81,12 +83,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		offsetBehind: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "input_offset_behind_total",
-			Help: "Restores that found the group's committed input offset behind the changelog (offsets reset or deleted).",
+			Help: "Restores after which the group's committed input offset was behind what was decided (offsets reset or deleted).",
+		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "fenced_transactions_total",
+			Help: "Open transactions of instances gone from the group that a restore fenced rather than wait for their timeout.",
+		}),
+		inputSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "input_skipped_total",
+			Help: "Input records skipped because they were decided before (the group's offsets were moved back).",
 		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.gathers)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers)
 	}
 	return m
 }

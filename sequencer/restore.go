@@ -83,32 +83,27 @@ var errUnexplained = errors.New("changelog does not explain the local state")
 // canon.versions[p].
 func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error {
 	start := time.Now()
-	adm := kadm.NewClient(cl)
 	topic := s.cfg.Topics.Versions
-	starts, err := adm.ListStartOffsets(ctx, topic)
+	first, end, high, err := s.changelogOffsets(ctx, cl, p)
 	if err != nil {
-		return fmt.Errorf("list start offsets of %s: %w", topic, err)
+		return err
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
-	if err != nil {
-		return fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+	if high > end {
+		// A transaction of a gone instance would hold the partition until
+		// the broker's transaction timeout: fence it, then look again.
+		fenced, ferr := s.fenceAbandoned(ctx, cl, p)
+		if ferr != nil {
+			s.log.Warn("cannot fence the open transaction on the changelog; waiting for it to end", "partition", p, "err", ferr)
+		}
+		if fenced {
+			if first, end, high, err = s.changelogOffsets(ctx, cl, p); err != nil {
+				return err
+			}
+		}
 	}
-	// After the last stable offset: the high watermark, which is beyond
-	// it while a transaction is open.
-	highs, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("list end offsets of %s: %w", topic, err)
-	}
-	so, ok := starts.Lookup(topic, p)
-	eo, ok2 := ends.Lookup(topic, p)
-	ho, ok3 := highs.Lookup(topic, p)
-	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
-		return fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
-	}
-	first, end := so.Offset, eo.Offset
-	if ho.Offset > end {
+	if high > end {
 		return fmt.Errorf("%w: %s[%d] has records up to offset %d, its last stable offset is %d",
-			errOpenTransaction, topic, p, ho.Offset, end)
+			errOpenTransaction, topic, p, high, end)
 	}
 
 	from, stored, err := s.cfg.Store.Offset(p)
@@ -148,57 +143,191 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	if err != nil {
 		return err
 	}
-	s.expectInputAfter(p)
+	if err := s.noteDecided(ctx, cl, p); err != nil {
+		return err
+	}
+	delete(s.warned, p)
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
 	s.log.Info("partition restored", "partition", p, "from", from, "to", end, "records", n, "bytes", bytes, "took", d)
 	return nil
 }
 
-// expectInputAfter notes, after a restore, the source offset of the last
-// version the store holds for p: checkInputOffsets compares it with the
-// first record then polled from p.
-//
-// The group's committed offset cannot be read here: the restore starts
-// when the partition is assigned, while the client may still be fetching
-// the committed offsets (franz-go calls OnPartitionsAssigned first), or
-// waiting for them to be stable.
-func (s *Sequencer) expectInputAfter(p int32) {
-	last, ok, err := s.lastSource(p)
+// changelogOffsets returns the start, the last stable offset and the high
+// watermark of canon.versions[p]; the high watermark is beyond the last
+// stable offset while a transaction is open.
+func (s *Sequencer) changelogOffsets(ctx context.Context, cl *kgo.Client, p int32) (first, end, high int64, err error) {
+	adm := kadm.NewClient(cl)
+	topic := s.cfg.Topics.Versions
+	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
-		s.log.Warn("cannot read the last version's source offset", "partition", p, "err", err)
+		return 0, 0, 0, fmt.Errorf("list start offsets of %s: %w", topic, err)
 	}
-	if err != nil || !ok {
-		delete(s.inputAfter, p)
-		return
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
 	}
-	s.inputAfter[p] = last
+	highs, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	so, ok := starts.Lookup(topic, p)
+	eo, ok2 := ends.Lookup(topic, p)
+	ho, ok3 := highs.Lookup(topic, p)
+	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
+		return 0, 0, 0, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
+	}
+	return so.Offset, eo.Offset, ho.Offset, nil
 }
 
-// checkInputOffsets compares the first record polled from each restored
-// partition with its restored state. Versions and input offsets commit in
-// the same transactions, so consumption resumes past the source of the
-// last version; if it does not, the group's offsets were reset or
-// deleted. That loses nothing (the mutations are decided again and
-// skipped as duplicates) but is worth an operator's look.
-func (s *Sequencer) checkInputOffsets(recs []*kgo.Record) {
-	if len(s.inputAfter) == 0 {
-		return
+// noteDecided notes, after a restore, the highest offset of p's input
+// that was decided before: the source of the last version the store
+// holds, or of the last rejection in canon.rejected, whichever is higher.
+// Records at or below it are never decided again (see skipDecided).
+//
+// The group's committed offset cannot say it: an operator may have moved
+// it back, and the restore starts when the partition is assigned, while
+// the client may still be fetching the committed offsets (franz-go calls
+// OnPartitionsAssigned first). Duplicates leave no trace, but deciding one
+// again gives a duplicate again: a client's last id never goes down.
+func (s *Sequencer) noteDecided(ctx context.Context, cl *kgo.Client, p int32) error {
+	last, ok, err := s.lastSource(p)
+	if err != nil {
+		return fmt.Errorf("read the last version's source offset: %w", err)
 	}
-	for _, r := range recs {
-		last, ok := s.inputAfter[r.Partition]
-		if !ok {
+	rej, rok, err := s.lastRejectedSource(ctx, cl, p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok && rok:
+		s.decidedUpTo[p] = max(last, rej)
+	case ok:
+		s.decidedUpTo[p] = last
+	case rok:
+		s.decidedUpTo[p] = rej
+	default:
+		delete(s.decidedUpTo, p)
+	}
+	return nil
+}
+
+// skipDecided drops from recs the records of an input partition at or
+// below its highest offset decided before, which a consumer group whose
+// offsets were moved back (reset, deleted) polls again. Deciding them
+// again against today's state would change history: a gap record would
+// become a version, a write rejected for a missing branch would apply,
+// and a client's next id would then be answered duplicate. The offsets
+// of the dropped records are committed with the transaction.
+func (s *Sequencer) skipDecided(recs []*kgo.Record) []*kgo.Record {
+	if len(s.decidedUpTo) == 0 {
+		return recs
+	}
+	out := recs[:0:0]
+	for i, r := range recs {
+		upTo, ok := s.decidedUpTo[r.Partition]
+		if !ok || r.Offset > upTo {
+			if out != nil {
+				out = append(out, r)
+			}
 			continue
 		}
-		delete(s.inputAfter, r.Partition)
-		if r.Offset > last {
-			continue
+		if out == nil {
+			out = append(make([]*kgo.Record, 0, len(recs)), recs[:i]...)
 		}
-		s.m.offsetBehind.Inc()
-		s.log.Warn("the group's committed input offset is behind the changelog: its offsets were reset or deleted; "+
-			"mutations from there on will be decided again and skipped as duplicates",
-			"partition", r.Partition, "resumed_at", r.Offset, "last_version_source", last)
+		s.m.inputSkipped.Inc()
+		if !s.warned[r.Partition] {
+			s.warned[r.Partition] = true
+			s.m.offsetBehind.Inc()
+			s.log.Warn("the group's committed input offset is behind what was decided: its offsets were reset or deleted; "+
+				"the records up to the last decided one are skipped, never decided again, and the ones after it are decided",
+				"partition", r.Partition, "resumed_at", r.Offset, "decided_up_to", upTo)
+		}
 	}
+	if out == nil {
+		return recs
+	}
+	return out
+}
+
+// lastRejectedSource is the highest offset of input partition p that
+// canon.rejected holds a rejection of, read_committed. Rejections of p
+// go to partition p modulo the topic's partition count, which it shares
+// with no other input partition when the counts are equal (Canon creates
+// them so); the partition is read backwards in growing windows from its
+// last stable offset until one is found.
+func (s *Sequencer) lastRejectedSource(ctx context.Context, cl *kgo.Client, p int32) (int64, bool, error) {
+	topic := s.cfg.Topics.Rejected
+	q := p % s.rejectedPartitions
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return 0, false, fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0, false, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+	}
+	so, ok := starts.Lookup(topic, q)
+	eo, ok2 := ends.Lookup(topic, q)
+	if !ok || !ok2 || so.Err != nil || eo.Err != nil {
+		return 0, false, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, q, errors.Join(so.Err, eo.Err))
+	}
+	last, found := int64(-1), false
+	window := int64(256)
+	for hi := eo.Offset; hi > so.Offset && !found; window *= 4 {
+		from := max(so.Offset, hi-window)
+		err := s.readRange(ctx, topic, q, from, hi, func(r *kgo.Record) {
+			rej, err := schemas.DecodeRejected(header(r, schemas.HeaderSchema), r.Value, s.cfg.Limits)
+			if err != nil || rej.Topic != s.cfg.Topics.Mutations || rej.Partition != p {
+				return // the projector's, or another input partition's
+			}
+			last, found = max(last, rej.Offset), true
+		})
+		if err != nil {
+			return 0, false, err
+		}
+		hi = from
+	}
+	return last, found, nil
+}
+
+// readRange calls fn with every committed data record of topic[p] from
+// offset `from` up to `end`, a last stable offset.
+func (s *Sequencer) readRange(ctx context.Context, topic string, p int32, from, end int64, fn func(*kgo.Record)) error {
+	opts, err := s.cfg.Kafka.Aux("restore").Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Commit markers tell the position exactly: end may follow one.
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for next := from; next < end; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("read %s[%d] at %d: %w", topic, p, next, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end {
+				return
+			}
+			next = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				fn(r)
+			}
+		})
+	}
+	return nil
 }
 
 // lastSource is the highest source offset of the versions the store holds

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
@@ -44,14 +45,23 @@ type Sequencer struct {
 	running     atomic.Bool
 
 	// Used by the poll loop only: when a partition whose restore failed
-	// is tried again, and the source offset of the last restored version
-	// of a partition whose first record was not polled yet.
-	nextTry    map[int32]time.Time
-	inputAfter map[int32]int64
+	// is tried again; the highest input offset of each restored partition
+	// that was decided before (see skipDecided), and whether skipping
+	// below it was reported since the restore.
+	nextTry     map[int32]time.Time
+	decidedUpTo map[int32]int64
+	warned      map[int32]bool
+	// openSince is when a restore first saw a transaction of another
+	// instance open on a changelog partition, by "partition/producer id".
+	openSince map[string]time.Time
+	// static is set when the instance id was given: the instance is then
+	// a static member of the group (see Config.InstanceID).
+	static bool
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
 func New(cfg Config) (*Sequencer, error) {
+	static := cfg.InstanceID != ""
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -64,7 +74,10 @@ func New(cfg Config) (*Sequencer, error) {
 		owned:       map[int32]bool{},
 		needRestore: map[int32]uint64{},
 		nextTry:     map[int32]time.Time{},
-		inputAfter:  map[int32]int64{},
+		decidedUpTo: map[int32]int64{},
+		warned:      map[int32]bool{},
+		openSince:   map[string]time.Time{},
+		static:      static,
 	}, nil
 }
 
@@ -110,6 +123,11 @@ func (s *Sequencer) Serves(p int32) bool {
 // session after restoring every owned partition.
 var errSession = errors.New("transactional session failed")
 
+// ErrDuplicateInstance is returned by Run when another running instance
+// joined the group with the same instance id: one of the two must go, and
+// this one, fenced by the newer, stops.
+var ErrDuplicateInstance = errors.New("duplicate sequencer instance id")
+
 // Run consumes and decides until ctx ends, then leaves the group. A failed
 // session is replaced by a new one (with every partition restored again),
 // so Run returns only when ctx ends or the configuration cannot work.
@@ -124,6 +142,9 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		err := s.runSession(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, ErrDuplicateInstance) {
+			return err
 		}
 		s.log.Error("sequencer session ended; starting a new one", "err", err, "retry_in", backoff)
 		select {
@@ -230,7 +251,9 @@ func (s *Sequencer) dropOwnership() {
 	clear(s.owned)
 	clear(s.needRestore)
 	clear(s.nextTry)
-	clear(s.inputAfter)
+	clear(s.decidedUpTo)
+	clear(s.warned)
+	clear(s.openSince)
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
@@ -260,10 +283,11 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	txnID := s.cfg.Group + "-" + s.cfg.InstanceID
 	opts := append(base,
 		kgo.ConsumerGroup(s.cfg.Group),
 		kgo.ConsumeTopics(s.cfg.Topics.Mutations),
-		kgo.TransactionalID(s.cfg.Group+"-"+s.cfg.InstanceID),
+		kgo.TransactionalID(txnID),
 		kgo.TransactionTimeout(s.cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(s.cfg.FetchMaxWait),
@@ -274,11 +298,18 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(s.cfg.SessionTimeout/5),
+		// A member that died is expired after the session timeout; the
+		// others learn of the rebalance at their next heartbeat.
+		kgo.HeartbeatInterval(s.cfg.SessionTimeout/10),
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onRevoked),
 	)
+	if s.static {
+		// A restart with the same id takes the place of its predecessor
+		// in the group, with its partitions, without a rebalance.
+		opts = append(opts, kgo.InstanceID(s.cfg.InstanceID))
+	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return fmt.Errorf("create transactional session: %w", err)
@@ -290,7 +321,19 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		sess.Close()
 		s.dropOwnership()
 	}()
-	s.log.Info("sequencer joining group", "group", s.cfg.Group, "topic", s.cfg.Topics.Mutations)
+	s.log.Info("sequencer joining group", "group", s.cfg.Group, "topic", s.cfg.Topics.Mutations, "transactional_id", txnID)
+
+	// Initialize the producer before any restore: this fences the
+	// previous epoch of the transactional id, whose open transaction (a
+	// killed predecessor's, or this process's own after an ambiguous end)
+	// the broker then aborts at once, or completes if its commit had
+	// begun. Otherwise the restore would wait for its timeout.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: initialize the producer of transactional id %s: %w", errSession, txnID, err)
+	}
 
 	for {
 		polled := time.Now()
@@ -301,11 +344,19 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			return ctx.Err()
 		}
+		var fatal error
 		fetches.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, kerr.FencedInstanceID) {
+				fatal = fmt.Errorf("another running sequencer has instance id %s in group %s: give every instance its own --data directory or --instance-id: %w",
+					s.cfg.InstanceID, s.cfg.Group, ErrDuplicateInstance)
+			}
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
+		if fatal != nil {
+			return fatal
+		}
 		waiting, err := s.restorePending(ctx, sess.Client())
 		if err != nil {
 			s.log.Warn("restore not complete; the partitions wait, paused, and are tried again",
@@ -385,8 +436,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	outcomes := map[string]int{}
 	decided := 0
 	for len(recs) > 0 && decideErr == nil {
-		s.checkInputOffsets(recs)
-		for _, r := range recs {
+		for _, r := range s.skipDecided(recs) {
 			outcome, err := s.handle(ctx, sess, b, r)
 			if err != nil {
 				decideErr = err

@@ -38,7 +38,10 @@ the projector's user may not create tables.`,
 				}
 				return nil
 			}
-			cfg := f.config()
+			cfg, err := f.config()
+			if err != nil {
+				return err
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -39,7 +40,9 @@ type kafkaFlags struct {
 	topicPrefix       string
 	partitions        int32
 	replicationFactor int16
+	minInsyncReplicas int
 	maxMessageBytes   int32
+	security          kafka.SecurityConfig
 }
 
 func (k *kafkaFlags) register(cmd *cobra.Command, brokersHelp string) {
@@ -48,8 +51,41 @@ func (k *kafkaFlags) register(cmd *cobra.Command, brokersHelp string) {
 	f.StringVar(&k.topicPrefix, "topic-prefix", "", "prefix of Canon's topic names, to share a Kafka cluster between deployments")
 	f.Int32Var(&k.partitions, "topic-partitions", kafka.DefaultPartitions,
 		"partitions of Canon's topics when they are created (existing topics keep theirs)")
-	f.Int16Var(&k.replicationFactor, "replication-factor", -1, "replication factor of new topics (-1: the broker's default)")
+	f.Int16Var(&k.replicationFactor, "replication-factor", -1, "replication factor of new topics (-1: 3, or the number of brokers when fewer)")
+	f.IntVar(&k.minInsyncReplicas, "min-insync-replicas", 0,
+		"min.insync.replicas of new replicated topics: replicas that hold a record before it is acknowledged (0: 2; at least 2)")
 	f.Int32Var(&k.maxMessageBytes, "max-message-bytes", kafka.DefaultMaxMessageBytes, "max.message.bytes of Canon's topics")
+	registerKafkaSecurity(cmd, &k.security)
+}
+
+// registerKafkaSecurity adds the flags that reach a secured Kafka.
+func registerKafkaSecurity(cmd *cobra.Command, s *kafka.SecurityConfig) {
+	f := cmd.Flags()
+	f.BoolVar(&s.TLS, "kafka-tls", false, "connect to Kafka with TLS (implied by the other --kafka-tls-… flags)")
+	f.StringVar(&s.CAFile, "kafka-tls-ca", "", "PEM file of the CAs that sign the brokers' certificates (default: the system's)")
+	f.StringVar(&s.CertFile, "kafka-tls-cert", "", "PEM client certificate, for brokers that authenticate clients by certificate (mTLS)")
+	f.StringVar(&s.KeyFile, "kafka-tls-key", "", "PEM key of --kafka-tls-cert")
+	f.StringVar(&s.ServerName, "kafka-tls-server-name", "", "host name to check in the brokers' certificates (default: the one in --brokers)")
+	f.StringVar(&s.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+	f.StringVar(&s.SASLUser, "kafka-sasl-user", "", "SASL user (PLAIN, SCRAM)")
+	f.StringVar(&s.SASLPassword, "kafka-sasl-password", "", "SASL password (better: --kafka-sasl-password-file or CANON_KAFKA_SASL_PASSWORD)")
+	f.StringVar(&s.SASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password")
+	f.StringVar(&s.OAuthTokenFile, "kafka-sasl-oauth-token-file", "", "file holding the OAUTHBEARER token, read at every authentication (rotate it in place)")
+	f.StringArrayVar(&s.Options, "kafka-option", nil, "further Kafka client option NAME=VALUE, repeatable: "+strings.Join(kafka.ClientOptionNames(), ", "))
+}
+
+// clientConfig is the Kafka client config of the flags, security
+// included; its errors are usage errors.
+func (k *kafkaFlags) clientConfig(clientID string, log *slog.Logger) (kafka.ClientConfig, error) {
+	return securedClientConfig(k.brokers, &k.security, clientID, log)
+}
+
+func securedClientConfig(brokers []string, s *kafka.SecurityConfig, clientID string, log *slog.Logger) (kafka.ClientConfig, error) {
+	c := kafka.ClientConfig{Brokers: brokers, ClientID: clientID, Log: log}
+	if err := s.Apply(&c); err != nil {
+		return c, usageError{err}
+	}
+	return c, nil
 }
 
 func (k *kafkaFlags) topicsConfig() kafka.TopicsConfig {
@@ -57,6 +93,7 @@ func (k *kafkaFlags) topicsConfig() kafka.TopicsConfig {
 		Names:             kafka.DefaultTopicNames().WithPrefix(k.topicPrefix),
 		Partitions:        k.partitions,
 		ReplicationFactor: k.replicationFactor,
+		MinInsyncReplicas: k.minInsyncReplicas,
 		MaxMessageBytes:   k.maxMessageBytes,
 	}
 }
@@ -214,6 +251,8 @@ func (n *node) closeStore() {
 type sequencerTuning struct {
 	sessionTimeout time.Duration
 	txnTimeout     time.Duration
+	// instanceID is --instance-id; empty keeps the one of the data dir.
+	instanceID string
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP
@@ -229,6 +268,9 @@ func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaF
 		dataDir:     dataDir,
 		topicPrefix: kf.topicPrefix,
 		kcfg:        kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg},
+	}
+	if err := kf.security.Apply(&n.kcfg); err != nil {
+		return nil, usageError{err}
 	}
 	tcfg := kf.topicsConfig()
 	if err := tcfg.Validate(); err != nil {
@@ -248,7 +290,7 @@ func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaF
 	defer cancel()
 	n.topics, err = kafka.EnsureTopics(ectx, cl, tcfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("check Canon's topics on %v: %w", brokers, err)
+		return nil, fmt.Errorf("check Canon's topics on %v: %w", brokers, kafka.ExplainConnError(err))
 	}
 	n.httpLn, err = net.Listen("tcp", httpAddr)
 	if err != nil {

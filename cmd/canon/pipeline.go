@@ -25,12 +25,14 @@ type pipelineFlags struct {
 	json        bool
 	idleTimeout time.Duration
 	principal   string
+	security    kafka.SecurityConfig
 }
 
 func (f *pipelineFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringSliceVar(&f.brokers, "brokers", nil, "Kafka brokers, host:port, comma separated (required)")
 	fs.StringVar(&f.topicPrefix, "topic-prefix", "", "prefix of Canon's topic names, as given to canon serve")
+	registerKafkaSecurity(cmd, &f.security)
 	fs.StringVar(&f.project, "project", "", "the project, ORG/PROJECT (required)")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout, and no progress bar")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", pipeline.DefaultIdleTimeout,
@@ -65,8 +67,12 @@ func (f *pipelineFlags) setup(cmd *cobra.Command, g *globalFlags, clientID strin
 			principal = "os:" + u.Username
 		}
 	}
+	kcfg, err := securedClientConfig(f.brokers, &f.security, clientID, nil)
+	if err != nil {
+		return pipeline.Config{}, pipeline.ProjectRef{}, nil, err
+	}
 	cfg := pipeline.Config{
-		Kafka:       kafka.ClientConfig{Brokers: f.brokers, ClientID: clientID},
+		Kafka:       kcfg,
 		Topics:      kafka.DefaultTopicNames().WithPrefix(f.topicPrefix),
 		IdleTimeout: f.idleTimeout,
 		Log:         log,

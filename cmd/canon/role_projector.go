@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +27,15 @@ func init() {
 // clickhouseFlags are the flags of the ClickHouse history tables and of
 // the projector role.
 type clickhouseFlags struct {
-	addr     []string
-	database string
-	user     string
-	password string
+	addr         []string
+	database     string
+	user         string
+	password     string
+	passwordFile string
+	tls          bool
+	tlsCA        string
+	tlsCert      string
+	tlsKey       string
 	// batchRows and batchInterval bound the projector's batches.
 	batchRows     int
 	batchInterval time.Duration
@@ -72,11 +79,39 @@ func (f *clickhouseFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.addr, "clickhouse", nil, "ClickHouse native protocol address, host:port (e.g. localhost:9000)")
 	cmd.Flags().StringVar(&f.database, "clickhouse-database", history.DefaultDatabase, "ClickHouse database of the history tables (created if missing)")
 	cmd.Flags().StringVar(&f.user, "clickhouse-user", "default", "ClickHouse user")
-	cmd.Flags().StringVar(&f.password, "clickhouse-password", "", "ClickHouse password (better set CANON_CLICKHOUSE_PASSWORD)")
+	cmd.Flags().StringVar(&f.password, "clickhouse-password", "", "ClickHouse password (better: --clickhouse-password-file or CANON_CLICKHOUSE_PASSWORD)")
+	cmd.Flags().StringVar(&f.passwordFile, "clickhouse-password-file", "", "file holding the ClickHouse password")
+	cmd.Flags().BoolVar(&f.tls, "clickhouse-tls", false, "connect to ClickHouse with TLS (its secure native port; implied by the other --clickhouse-tls-… flags)")
+	cmd.Flags().StringVar(&f.tlsCA, "clickhouse-tls-ca", "", "PEM file of the CAs that sign ClickHouse's certificate (default: the system's)")
+	cmd.Flags().StringVar(&f.tlsCert, "clickhouse-tls-cert", "", "PEM client certificate for ClickHouse")
+	cmd.Flags().StringVar(&f.tlsKey, "clickhouse-tls-key", "", "PEM key of --clickhouse-tls-cert")
 }
 
-func (f *clickhouseFlags) config() history.ClickHouseConfig {
-	return history.ClickHouseConfig{Addr: f.addr, Database: f.database, Username: f.user, Password: f.password}
+// config is the ClickHouse connection of the flags, with the files they
+// name read; its errors are usage errors.
+func (f *clickhouseFlags) config() (history.ClickHouseConfig, error) {
+	cfg := history.ClickHouseConfig{Addr: f.addr, Database: f.database, Username: f.user, Password: f.password}
+	if f.passwordFile != "" {
+		if f.password != "" {
+			return cfg, usageError{errors.New("both --clickhouse-password and --clickhouse-password-file are set: keep one")}
+		}
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return cfg, usageError{fmt.Errorf("read the ClickHouse password (--clickhouse-password-file): %w", err)}
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" {
+		// The same PEM files as Kafka's; only the flags differ.
+		sec := kafka.SecurityConfig{TLS: true, CAFile: f.tlsCA, CertFile: f.tlsCert, KeyFile: f.tlsKey}
+		var kc kafka.ClientConfig
+		if err := sec.Apply(&kc); err != nil {
+			msg := strings.NewReplacer("--kafka-tls", "--clickhouse-tls", "Kafka", "ClickHouse").Replace(err.Error())
+			return cfg, usageError{errors.New(msg)}
+		}
+		cfg.TLS = kc.TLS
+	}
+	return cfg, nil
 }
 
 func setupProjector(n *node) (func(context.Context) error, error) {
@@ -93,11 +128,15 @@ func setupProjector(n *node) (func(context.Context) error, error) {
 	}
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-projector"
+	chcfg, err := f.config()
+	if err != nil {
+		return nil, err
+	}
 	p, err := history.New(history.Config{
 		Kafka:          kcfg,
 		Topics:         n.topics.Names,
 		Group:          n.topicPrefix + history.DefaultGroup,
-		ClickHouse:     f.config(),
+		ClickHouse:     chcfg,
 		BatchRows:      f.batchRows,
 		BatchInterval:  f.batchInterval,
 		SessionTimeout: f.sessionTimeout,
@@ -178,12 +217,19 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, f *backfillFlags, log 
 	if group == "" {
 		group = f.kafka.topicPrefix + history.DefaultGroup + "-backfill-" + time.Now().UTC().Format("20060102T150405")
 	}
-	kcfg := kafka.ClientConfig{Brokers: f.kafka.brokers, ClientID: "canon-backfill"}
+	kcfg, err := f.kafka.clientConfig("canon-backfill", nil)
+	if err != nil {
+		return err
+	}
+	chcfg, err := f.ch.config()
+	if err != nil {
+		return err
+	}
 	cfg := history.Config{
 		Kafka:      kcfg,
 		Topics:     kafka.DefaultTopicNames().WithPrefix(f.kafka.topicPrefix),
 		Group:      group,
-		ClickHouse: f.ch.config(),
+		ClickHouse: chcfg,
 		BatchRows:  f.batch,
 		Log:        log,
 	}

@@ -52,12 +52,21 @@ func setupSequencer(n *node) (func(context.Context) error, error) {
 	}
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
+	// The instance id lives with the store: a restart on the same data
+	// is the same instance, and fences its predecessor at once.
+	instance := n.seq.instanceID
+	if instance == "" {
+		if instance, err = sequencer.LoadInstanceID(n.dataDir); err != nil {
+			return nil, err
+		}
+	}
 	seq, err := sequencer.New(sequencer.Config{
 		Kafka:  kcfg,
 		Topics: n.topics.Names,
 		// Deployments that share a cluster through --topic-prefix must
 		// not share a group: one's rebalances would stall the other's.
 		Group:              n.topicPrefix + sequencer.DefaultGroup,
+		InstanceID:         instance,
 		Store:              st,
 		SessionTimeout:     n.seq.sessionTimeout,
 		TransactionTimeout: n.seq.txnTimeout,

@@ -16,8 +16,11 @@ func newTopicsCmd(g *globalFlags) *cobra.Command {
 		Use:   "topics",
 		Short: "Create Canon's topics if missing and check them",
 		Long: `Create canon.mutations, canon.versions and canon.rejected if they are missing,
-with infinite retention and an explicit max.message.bytes, and check that
-canon.mutations and canon.versions have the same partition count.
+with infinite retention, an explicit max.message.bytes and, where the cluster
+has the brokers, 3 replicas with min.insync.replicas 2 and no unclean leader
+election; check that canon.mutations and canon.versions have the same
+partition count, and refuse topics whose settings can lose acknowledged
+records.
 Every canon process does this at start; this command does it alone.`,
 		Example: `  canon topics --brokers localhost:9092 --topic-partitions 24`,
 		Args:    cobra.NoArgs,
@@ -26,7 +29,11 @@ Every canon process does this at start; this command does it alone.`,
 			if err != nil {
 				return err
 			}
-			opts, err := kafka.ClientConfig{Brokers: f.brokers, ClientID: "canon-topics", Log: log}.Opts()
+			kcfg, err := f.clientConfig("canon-topics", log)
+			if err != nil {
+				return err
+			}
+			opts, err := kcfg.Opts()
 			if err != nil {
 				return usageError{err}
 			}
@@ -37,7 +44,7 @@ Every canon process does this at start; this command does it alone.`,
 			defer cl.Close()
 			info, err := kafka.EnsureTopics(cmd.Context(), cl, f.topicsConfig(), log)
 			if err != nil {
-				return err
+				return kafka.ExplainConnError(err)
 			}
 			for _, name := range []string{info.Names.Mutations, info.Names.Versions, info.Names.Rejected} {
 				state := "exists"

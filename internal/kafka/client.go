@@ -1,12 +1,14 @@
 package kafka
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/plugin/kslog"
 )
@@ -24,6 +26,16 @@ type ClientConfig struct {
 	// Registerer gets the client's metrics through kprom, namespaced
 	// "canon_kafka" and labeled with ClientID; nil disables them.
 	Registerer prometheus.Registerer
+
+	// TLS, when set, encrypts the connections, with the client's
+	// certificate when it has one (mTLS). SecurityConfig.Apply sets it.
+	TLS *tls.Config
+	// SASL, when set, authenticates every connection (franz-go's sasl
+	// packages: plain, scram, oauth, aws).
+	SASL sasl.Mechanism
+	// Extra are further franz-go options, appended after Canon's common
+	// ones; a component's own options come after them.
+	Extra []kgo.Opt
 }
 
 // Aux returns the config for a short-lived helper client of a component
@@ -53,6 +65,13 @@ func (c ClientConfig) Opts() ([]kgo.Opt, error) {
 	if c.Log != nil {
 		opts = append(opts, kgo.WithLogger(kslog.New(c.Log.With("component", "franz-go"))))
 	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
+	}
+	opts = append(opts, c.Extra...)
 	if c.Registerer != nil {
 		m := kprom.NewMetrics("canon_kafka",
 			kprom.Registerer(prometheus.WrapRegistererWith(prometheus.Labels{"client": c.ClientID}, c.Registerer)))

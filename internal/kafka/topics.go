@@ -21,8 +21,10 @@ import (
 
 // Defaults of TopicsConfig.
 const (
-	DefaultPartitions      = 12
-	DefaultMaxMessageBytes = 4 << 20
+	DefaultPartitions        = 12
+	DefaultMaxMessageBytes   = 4 << 20
+	DefaultReplicationFactor = 3
+	DefaultMinInsyncReplicas = 2
 )
 
 // ErrPartitionMismatch is returned by EnsureTopics when canon.mutations and
@@ -60,9 +62,16 @@ type TopicsConfig struct {
 	// sequencers hold their state.
 	Partitions int32
 
-	// ReplicationFactor of new topics; -1 (the default) takes the broker's
-	// default.replication.factor.
+	// ReplicationFactor of new topics; -1 (the default) is 3, or the
+	// number of brokers when the cluster has fewer.
 	ReplicationFactor int16
+
+	// MinInsyncReplicas is the min.insync.replicas of new replicated
+	// topics: how many replicas hold a record before the (acks=all)
+	// write is acknowledged. Default 2; it must be at least 2 when the
+	// replication factor is above 1, or an acknowledged record could
+	// live on one replica only and be lost with it.
+	MinInsyncReplicas int
 
 	// MaxMessageBytes is the topics' max.message.bytes: the largest record
 	// batch the broker accepts. Default 4 MiB, above the largest mutation
@@ -99,7 +108,13 @@ func (c TopicsConfig) Validate() error {
 		return fmt.Errorf("partitions is %d: it must be at least 1", c.Partitions)
 	}
 	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
-		return fmt.Errorf("replication factor is %d: use -1 for the broker default or a count of at least 1", c.ReplicationFactor)
+		return fmt.Errorf("replication factor is %d: use -1 for 3 (or the number of brokers when fewer) or a count of at least 1", c.ReplicationFactor)
+	}
+	if c.MinInsyncReplicas < 0 || c.MinInsyncReplicas == 1 && c.ReplicationFactor != 1 {
+		return fmt.Errorf("min.insync.replicas %d cannot keep acknowledged data: a record acknowledged by one replica is lost with it; use at least 2 (or 0 for the default, 2)", c.MinInsyncReplicas)
+	}
+	if c.ReplicationFactor > 0 && c.MinInsyncReplicas > int(c.ReplicationFactor) {
+		return fmt.Errorf("min.insync.replicas %d is above the replication factor %d: no write would ever be acknowledged", c.MinInsyncReplicas, c.ReplicationFactor)
 	}
 	if c.MaxMessageBytes < 1<<20 {
 		return fmt.Errorf("max message bytes is %d: it must be at least 1 MiB (1048576) to hold Canon's largest records", c.MaxMessageBytes)
@@ -112,14 +127,39 @@ func (c TopicsConfig) Validate() error {
 }
 
 // topicConfigs are the configs Canon sets on its topics: the logs are
-// kept forever (replays and restores read them from the start).
-func (c TopicsConfig) topicConfigs() map[string]*string {
-	return map[string]*string{
+// kept forever (replays and restores read them from the start), and a
+// replicated topic acknowledges a write once two replicas hold it and
+// never elects a leader that may miss acknowledged records.
+func (c TopicsConfig) topicConfigs(rf int16) map[string]*string {
+	cfgs := map[string]*string{
 		"cleanup.policy":    kadm.StringPtr("delete"),
 		"retention.ms":      kadm.StringPtr("-1"),
 		"retention.bytes":   kadm.StringPtr("-1"),
 		"max.message.bytes": kadm.StringPtr(strconv.Itoa(int(c.MaxMessageBytes))),
 	}
+	if rf > 1 {
+		minISR := c.MinInsyncReplicas
+		if minISR == 0 {
+			minISR = min(DefaultMinInsyncReplicas, int(rf))
+		}
+		cfgs["min.insync.replicas"] = kadm.StringPtr(strconv.Itoa(minISR))
+		cfgs["unclean.leader.election.enable"] = kadm.StringPtr("false")
+	}
+	return cfgs
+}
+
+// replicationFactor is the replication factor of new topics: the
+// configured one, or 3, or the number of brokers when the cluster has
+// fewer (a development broker).
+func (c TopicsConfig) replicationFactor(ctx context.Context, adm *kadm.Client) (int16, error) {
+	if c.ReplicationFactor > 0 {
+		return c.ReplicationFactor, nil
+	}
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count the brokers: %w", err)
+	}
+	return int16(max(1, min(DefaultReplicationFactor, len(md.Brokers)))), nil
 }
 
 // TopicsInfo describes Canon's topics after EnsureTopics.
@@ -146,19 +186,25 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg TopicsConfig, log *sl
 	info := TopicsInfo{Names: cfg.Names}
 
 	adm := kadm.NewClient(cl)
+	rf, err := cfg.replicationFactor(ctx, adm)
+	if err != nil {
+		return info, err
+	}
 	for _, name := range names {
-		resp, err := adm.CreateTopic(ctx, cfg.Partitions, cfg.ReplicationFactor, cfg.topicConfigs(), name)
+		resp, err := adm.CreateTopic(ctx, cfg.Partitions, rf, cfg.topicConfigs(rf), name)
 		if err == nil {
 			err = resp.Err
 		}
 		switch {
 		case errors.Is(err, kerr.TopicAlreadyExists):
 			continue
+		case errors.Is(err, kerr.InvalidReplicationFactor):
+			return info, fmt.Errorf("create topic %s with replication factor %d: %w: the cluster has fewer brokers; pass a lower --replication-factor", name, rf, err)
 		case err != nil:
 			return info, fmt.Errorf("create topic %s with %d partitions: %w", name, cfg.Partitions, err)
 		}
 		info.Created = append(info.Created, name)
-		log.Info("created topic", "topic", name, "partitions", cfg.Partitions)
+		log.Info("created topic", "topic", name, "partitions", cfg.Partitions, "replication_factor", rf)
 	}
 
 	// Read back what the broker has, including topics created by a racing
@@ -173,7 +219,9 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg TopicsConfig, log *sl
 		log.Warn("topics exist with another partition count than configured; using theirs",
 			"topic", cfg.Names.Mutations, "partitions", info.Partitions, "configured", cfg.Partitions)
 	}
-	warnFiniteRetention(ctx, adm, names, log)
+	if err := checkTopicConfigs(ctx, adm, names, log); err != nil {
+		return info, err
+	}
 	return info, nil
 }
 
@@ -264,22 +312,56 @@ func checkPartitionCounts(n TopicNames, counts map[string]int32) error {
 		ErrPartitionMismatch, n.Mutations, m, n.Versions, v, smaller, larger, smaller, larger)
 }
 
-func warnFiniteRetention(ctx context.Context, adm *kadm.Client, names []string, log *slog.Logger) {
+// ErrUnsafeTopic is returned by EnsureTopics for a topic whose settings
+// cannot keep acknowledged records.
+var ErrUnsafeTopic = errors.New("topic settings can lose acknowledged records")
+
+// checkTopicConfigs refuses topics that can lose acknowledged records (a
+// replicated topic with min.insync.replicas below 2, or with unclean
+// leader election), and warns about finite retention: Canon reads its
+// topics from the start to restore and replay.
+func checkTopicConfigs(ctx context.Context, adm *kadm.Client, names []string, log *slog.Logger) error {
 	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
-		log.Warn("cannot check topic retention", "err", err)
-		return
+		log.Warn("cannot check the topics' configs", "err", err)
+		return nil
 	}
+	replicas := map[string]int{}
+	if md, err := adm.Metadata(ctx, names...); err == nil {
+		for _, td := range md.Topics {
+			for _, pd := range td.Partitions {
+				replicas[td.Topic] = max(replicas[td.Topic], len(pd.Replicas))
+			}
+		}
+	}
+	var errs []error
 	for _, rc := range rcs {
 		if rc.Err != nil {
 			continue
 		}
 		for _, c := range rc.Configs {
-			if (c.Key == "retention.ms" || c.Key == "retention.bytes") && c.Value != nil && *c.Value != "-1" {
-				log.Warn("topic retention is finite: Canon reads its topics from the start to restore and replay, "+
-					"so old records must be kept; set it to -1",
-					"topic", rc.Name, c.Key, *c.Value)
+			if c.Value == nil {
+				continue
+			}
+			switch c.Key {
+			case "retention.ms", "retention.bytes":
+				if *c.Value != "-1" {
+					log.Warn("topic retention is finite: Canon reads its topics from the start to restore and replay, "+
+						"so old records must be kept; set it to -1",
+						"topic", rc.Name, c.Key, *c.Value)
+				}
+			case "unclean.leader.election.enable":
+				if *c.Value == "true" {
+					errs = append(errs, fmt.Errorf("%w: %s has unclean.leader.election.enable=true, which lets a replica that missed acknowledged records become leader and drop them; set it to false (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config unclean.leader.election.enable=false)",
+						ErrUnsafeTopic, rc.Name, rc.Name))
+				}
+			case "min.insync.replicas":
+				if n, err := strconv.Atoi(*c.Value); err == nil && n < 2 && replicas[rc.Name] > 1 {
+					errs = append(errs, fmt.Errorf("%w: %s has %d replicas but min.insync.replicas=%d, so a record acknowledged by one replica is lost with it; set it to 2 (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config min.insync.replicas=2)",
+						ErrUnsafeTopic, rc.Name, replicas[rc.Name], n, rc.Name))
+				}
 			}
 		}
 	}
+	return errors.Join(errs...)
 }

@@ -105,6 +105,11 @@ func TestTopicsConfigValidate(t *testing.T) {
 		{"bad replication", TopicsConfig{ReplicationFactor: -2}, "replication factor is -2"},
 		{"small messages", TopicsConfig{MaxMessageBytes: 1000}, "at least 1 MiB"},
 		{"same names", TopicsConfig{Names: TopicNames{Mutations: "a", Versions: "a", Rejected: "b"}}, "must differ"},
+		{"one in-sync replica of three", TopicsConfig{ReplicationFactor: 3, MinInsyncReplicas: 1}, "cannot keep acknowledged data"},
+		{"one in-sync replica of the default", TopicsConfig{MinInsyncReplicas: 1}, "cannot keep acknowledged data"},
+		{"more in-sync replicas than replicas", TopicsConfig{ReplicationFactor: 2, MinInsyncReplicas: 3}, "no write would ever be acknowledged"},
+		{"one replica", TopicsConfig{ReplicationFactor: 1, MinInsyncReplicas: 1}, ""},
+		{"three replicas, two in sync", TopicsConfig{ReplicationFactor: 3, MinInsyncReplicas: 2}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,5 +124,30 @@ func TestTopicsConfigValidate(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestEnsureTopicsRefusesUncleanElection: a topic that lets an out-of-sync
+// replica become leader is refused, with why and the command that fixes it.
+func TestEnsureTopicsRefusesUncleanElection(t *testing.T) {
+	k := testenv.NewKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := newClient(t, k.Brokers)
+	cfg := TopicsConfig{Names: DefaultTopicNames().WithPrefix(k.Topic(t, "") + "."), Partitions: 2}
+	if _, err := EnsureTopics(ctx, cl, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "unclean.leader.election.enable", Value: kadm.StringPtr("true")}}, cfg.Names.Versions)
+	if err == nil {
+		_, err = resp.On(cfg.Names.Versions, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = EnsureTopics(ctx, cl, cfg, nil)
+	if !errors.Is(err, ErrUnsafeTopic) || !strings.Contains(err.Error(), "unclean.leader.election.enable=false") {
+		t.Fatalf("EnsureTopics of a topic with unclean election: %v, want ErrUnsafeTopic with the fix", err)
 	}
 }

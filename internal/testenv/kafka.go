@@ -35,6 +35,9 @@ type KafkaOptions struct {
 	// Configs are extra server.properties entries, e.g.
 	// "group.min.session.timeout.ms".
 	Configs map[string]string
+	// Security adds a SASL_SSL and an mTLS listener, with a CA made for
+	// the broker (KafkaServer.Security); local provider only.
+	Security bool
 }
 
 // KafkaServer is a broker started by this package. Failure tests use a
@@ -46,6 +49,9 @@ type KafkaServer struct {
 	kill     func()
 	workDir  string
 	provider string
+	// Security describes the secured listeners, if KafkaOptions.Security
+	// asked for them.
+	Security *KafkaSecurity
 }
 
 // Brokers returns the seed addresses of the broker.
@@ -85,6 +91,9 @@ func StartKafka(ctx context.Context, opts KafkaOptions) (*KafkaServer, error) {
 	)
 	switch provider {
 	case ProviderDocker:
+		if opts.Security {
+			return nil, fmt.Errorf("a broker with secured listeners runs as a local process only: set %s=%s", EnvProvider, ProviderLocal)
+		}
 		k, err = startDockerKafka(ctx, opts)
 	case ProviderLocal:
 		k, err = startLocalKafka(ctx, opts)
@@ -177,14 +186,26 @@ func startLocalKafka(ctx context.Context, opts KafkaOptions) (*KafkaServer, erro
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
 	dataDir := filepath.Join(work, "data")
 	propsPath := filepath.Join(work, "server.properties")
 	logCfg := filepath.Join(work, "log4j2.properties")
-	if err := os.WriteFile(propsPath, []byte(kafkaConfig(dataDir, ports[0], ports[1], opts.Configs)), 0o644); err != nil {
+	configs := opts.Configs
+	var sec *KafkaSecurity
+	if opts.Security {
+		var keystore string
+		if sec, keystore, err = newKafkaSecurity(work, ports[2], ports[3]); err != nil {
+			return nil, fmt.Errorf("make the broker's certificates: %w", err)
+		}
+		configs = securityProps(sec, keystore, ports[0], ports[1], ports[2], ports[3])
+		for k, v := range opts.Configs {
+			configs[k] = v
+		}
+	}
+	if err := os.WriteFile(propsPath, []byte(kafkaConfig(dataDir, ports[0], ports[1], configs)), 0o644); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(logCfg, []byte(kafkaLog4j2), 0o644); err != nil {
@@ -195,8 +216,12 @@ func startLocalKafka(ctx context.Context, opts KafkaOptions) (*KafkaServer, erro
 	jvm := []string{java, "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
 		"-Djava.awt.headless=true", "-Dlog4j2.configurationFile=" + logCfg, "-cp", classpath}
 
-	format := exec.CommandContext(ctx, jvm[0], append(jvm[1:], "kafka.tools.StorageTool", "format",
-		"-t", kafkaClusterID(), "-c", propsPath, "--ignore-formatted")...)
+	formatArgs := append(jvm[1:], "kafka.tools.StorageTool", "format",
+		"-t", kafkaClusterID(), "-c", propsPath, "--ignore-formatted")
+	if sec != nil {
+		formatArgs = append(formatArgs, sec.scramArgs()...)
+	}
+	format := exec.CommandContext(ctx, jvm[0], formatArgs...)
 	if out, err := format.CombinedOutput(); err != nil {
 		os.RemoveAll(work)
 		return nil, fmt.Errorf("format kafka storage: %w\n%s", err, out)
@@ -204,7 +229,7 @@ func startLocalKafka(ctx context.Context, opts KafkaOptions) (*KafkaServer, erro
 
 	proc := newProcess("kafka", work, logPath, nil, append(jvm, "kafka.Kafka", propsPath)...)
 	keep := keepServers()
-	k := &KafkaServer{proc: proc, workDir: work, provider: ProviderLocal}
+	k := &KafkaServer{proc: proc, workDir: work, provider: ProviderLocal, Security: sec}
 	k.srv = &server{
 		name:     "kafka",
 		provider: ProviderLocal,
