@@ -178,13 +178,21 @@ func decodeManifest(b []byte) (manifest, error) {
 // versionHeader is the fixed part of a version record: what Head, HeadAt
 // and the duplicate check read without decoding the whole version.
 type versionHeader struct {
+	format    byte
 	sum       schemas.StateHasher
 	stateHash [32]byte
 	ts        int64
 	scalars   []byte // JSON object
 }
 
-const versionRecordFormat byte = 2
+// versionRecordFormat is the format the store writes. Format 3 is
+// format 2 followed by the analysts' members of a version (see
+// appendVersionTrailer); format 2 records, written before them, are still
+// read.
+const (
+	versionRecordFormat   byte = 3
+	versionRecordFormatV2 byte = 2
+)
 
 // appendVersionRecord appends a version record: format | state sum |
 // state hash | timestamp | scalars (JSON, length-prefixed) | the rest of
@@ -322,7 +330,39 @@ func appendVersionBody(b []byte, v *schemas.Version) []byte {
 		}
 	}
 	b = binary.AppendVarint(b, int64(v.Source.Partition))
-	return binary.AppendVarint(b, v.Source.Offset)
+	b = binary.AppendVarint(b, v.Source.Offset)
+	return appendVersionTrailer(b, v)
+}
+
+// appendVersionTrailer appends what format 3 added to a version: when the
+// sequencer decided it, and each mutation's error code, job and origin
+// (a presence byte before each of the last two), so that the read API
+// serves the version the changelog holds.
+func appendVersionTrailer(b []byte, v *schemas.Version) []byte {
+	b = binary.AppendVarint(b, v.DecidedAt)
+	for i := range v.Mutations {
+		m := &v.Mutations[i]
+		b = appendStr(b, m.Code)
+		if m.Job == nil {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = appendStr(b, m.Job.Kind)
+			b = appendStr(b, m.Job.Principal)
+			b = binary.AppendVarint(b, m.Job.At)
+		}
+		if m.Origin == nil {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = appendStr(b, m.Origin.Project)
+			b = appendStr(b, m.Origin.Branch)
+			b = binary.AppendUvarint(b, m.Origin.Version)
+			b = appendStr(b, m.Origin.Client)
+			b = binary.AppendUvarint(b, m.Origin.ID)
+		}
+	}
+	return b
 }
 
 func appendStr(b []byte, s string) []byte {
@@ -406,10 +446,10 @@ var hexLower = func() (t [256]byte) {
 // returns the rest, which aliases b; the header does not.
 func decodeVersionHeader(b []byte) (versionHeader, []byte, error) {
 	d := decoder{b: b}
-	if f := d.byte(); f != versionRecordFormat && d.err == nil {
-		return versionHeader{}, nil, fmt.Errorf("%w: version record of unknown format %d", ErrCorrupt, f)
-	}
 	var h versionHeader
+	if h.format = d.byte(); h.format != versionRecordFormat && h.format != versionRecordFormatV2 && d.err == nil {
+		return versionHeader{}, nil, fmt.Errorf("%w: version record of unknown format %d", ErrCorrupt, h.format)
+	}
 	h.sum.Sum = d.hash()
 	h.stateHash = d.hash()
 	h.ts = int64(d.uint64())
@@ -495,6 +535,23 @@ func decodeVersionRecord(b []byte) (schemas.Version, versionHeader, error) {
 	}
 	v.Source.Partition = int32(d.varint())
 	v.Source.Offset = d.varint()
+	if h.format >= versionRecordFormat {
+		v.DecidedAt = d.varint()
+		for i := range v.Mutations {
+			m := &v.Mutations[i]
+			m.Code = d.str()
+			if d.byte() == 1 {
+				m.Job = &schemas.Job{Kind: d.str(), Principal: d.str()}
+				m.Job.At = d.varint()
+			}
+			if d.byte() == 1 {
+				m.Origin = &schemas.Origin{Project: d.str(), Branch: d.str()}
+				m.Origin.Version = d.uvarint()
+				m.Origin.Client = d.str()
+				m.Origin.ID = d.uvarint()
+			}
+		}
+	}
 	if err := d.done("version record"); err != nil {
 		return schemas.Version{}, h, err
 	}

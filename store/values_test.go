@@ -32,6 +32,21 @@ func TestVersionRecordRoundTrip(t *testing.T) {
 			StateHash: h,
 			Source:    schemas.SourceRef{Partition: 3, Offset: 1 << 50},
 		},
+		{
+			Org: "acme", Project: "doc", Branch: "rb", Version: 2, Parent: 1, TS: 1 << 41, DecidedAt: 1<<41 + 7,
+			Scalars: map[string]json.RawMessage{},
+			Mutations: []schemas.Outcome{
+				{ClientGroup: "g", Client: "c1", ID: 1, Name: "item.patch", Args: json.RawMessage(`{}`), Status: schemas.StatusError,
+					Error: "item notes/x: not found", Code: "not_found",
+					Job:    &schemas.Job{Kind: "rebase", Principal: "os:ann", At: 1 << 40},
+					Origin: &schemas.Origin{Project: "acme/other", Branch: "main", Version: 4, Client: "c9", ID: 3}},
+				{Client: "c2", ID: 1, Name: "branch.create", Args: json.RawMessage(`{}`), Status: schemas.StatusApplied,
+					Job: &schemas.Job{Kind: "replay", At: 1}},
+				{Client: "c3", ID: 1, Name: "x", Args: json.RawMessage(`{}`), Status: schemas.StatusApplied,
+					Origin: &schemas.Origin{Branch: "main", Version: 1, Client: "c3", ID: 1}},
+			},
+			LastIDs: map[string]uint64{"c1": 1, "c2": 1, "c3": 1},
+		},
 	} {
 		var sum schemas.StateHasher
 		sum.Add([32]byte{1})
@@ -67,6 +82,25 @@ func TestVersionRecordRoundTrip(t *testing.T) {
 				t.Fatalf("a record truncated to %d of %d bytes decodes", i, len(rec))
 			}
 		}
+	}
+}
+
+// A record of format 2, written before the store kept decidedAt and the
+// mutations' code, job and origin, still decodes, without them.
+func TestVersionRecordFormat2(t *testing.T) {
+	v := schemas.Version{Org: "o", Project: "p", Branch: "main", Version: 3, Parent: 2, TS: 9, Scalars: map[string]json.RawMessage{},
+		Mutations: []schemas.Outcome{{Client: "c", ID: 4, Name: "item.put", Args: json.RawMessage(`{}`), Status: schemas.StatusApplied}},
+		LastIDs:   map[string]uint64{"c": 4}, StateHash: sha(nil), Source: schemas.SourceRef{Offset: 8}}
+	st, _ := decodeHex32(v.StateHash)
+	rec := appendVersionRecord(nil, &v, schemas.StateHasher{}, st)
+	trailer := appendVersionTrailer(nil, &v)
+	old := append([]byte{versionRecordFormatV2}, rec[1:len(rec)-len(trailer)]...)
+	got, hdr, err := decodeVersionRecord(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hdr.format != versionRecordFormatV2 || !reflect.DeepEqual(got, v) {
+		t.Fatalf("format 2 record: format %d, decoded\n%+v\nwant\n%+v", hdr.format, got, v)
 	}
 }
 
