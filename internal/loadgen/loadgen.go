@@ -299,9 +299,36 @@ func (r *run) cleanup() {
 			}
 		}
 		if len(mine) > 0 {
+			r.removeStaticMembers(ctx, adm, mine)
 			if _, err := adm.DeleteGroups(ctx, mine...); err != nil {
 				r.log.Warn("delete the run's consumer groups", "err", err)
 			}
+		}
+	}
+}
+
+// removeStaticMembers removes the members with an instance id from the
+// groups: the sequencer joins with static membership, so a stopped Canon
+// stays a member until its session times out, and a group with members
+// cannot be deleted.
+func (r *run) removeStaticMembers(ctx context.Context, adm *kadm.Client, groups []string) {
+	described, err := adm.DescribeGroups(ctx, groups...)
+	if err != nil {
+		r.log.Warn("describe the run's consumer groups", "err", err)
+		return
+	}
+	for _, g := range described.Sorted() {
+		var ids []string
+		for _, m := range g.Members {
+			if m.InstanceID != nil {
+				ids = append(ids, *m.InstanceID)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		if _, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(g.Group).InstanceIDs(ids...).Reason("the load run is over")); err != nil {
+			r.log.Warn("remove the static members of a consumer group", "group", g.Group, "err", err)
 		}
 	}
 }
