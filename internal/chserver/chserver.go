@@ -1,7 +1,8 @@
 // Package chserver runs a local ClickHouse server from Debian's
 // clickhouse-server package (or any `clickhouse` binary on PATH) with a
 // generated config: everything under one directory, listening on
-// 127.0.0.1 only, the default user without a password from loopback.
+// 127.0.0.1 only, the default user without a password from loopback;
+// optionally a secure native port (TLS) and users with a password.
 //
 // `canon dev` uses it for the history tables of a development machine and
 // internal/testenv for the tests. The config loads on 18.16 (what Debian
@@ -11,6 +12,9 @@ package chserver
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -87,13 +91,36 @@ type Config struct {
 	Binary []string
 	// StartTimeout bounds the wait for the first ping (default 2 minutes).
 	StartTimeout time.Duration
+	// Secure, when set, adds the secure native port (TLS).
+	Secure *Secure
+	// Users are users with a password, besides the default user (who
+	// has none, from loopback only).
+	Users []User
+}
+
+// Secure is the TLS of the secure native port (tcp_port_secure).
+type Secure struct {
+	// Port is on 127.0.0.1 (0: a free one).
+	Port int
+	// CertFile and KeyFile are the server's certificate and key, PEM.
+	CertFile, KeyFile string
+	// CAFile, when set, is the PEM file of the CAs whose certificate a
+	// client must present (verificationMode strict); else clients need
+	// none.
+	CAFile string
+}
+
+// User is a user with a password, from loopback only.
+type User struct {
+	Name, Password string
 }
 
 // Server is a running ClickHouse server, a child process of this one. It
 // gets SIGKILL when this process dies, so nothing is left running.
 type Server struct {
-	// Addr is host:port of the native protocol, HTTPAddr that of HTTP.
-	Addr, HTTPAddr string
+	// Addr is host:port of the native protocol, HTTPAddr that of HTTP,
+	// SecureAddr that of the secure native port (Config.Secure).
+	Addr, HTTPAddr, SecureAddr string
 	// LogPath receives the server's console output; ErrLogPath its
 	// error log.
 	LogPath, ErrLogPath string
@@ -122,15 +149,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("create ClickHouse dir: %w", err)
 		}
 	}
-	tcp, httpPort, err := ports(cfg.TCPPort, cfg.HTTPPort)
+	for _, u := range cfg.Users {
+		if u.Name == "" || u.Name == "default" || strings.Trim(u.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
+			return nil, fmt.Errorf("ClickHouse user name %q: want letters, digits and _, not default", u.Name)
+		}
+	}
+	want := []int{cfg.TCPPort, cfg.HTTPPort}
+	if cfg.Secure != nil {
+		want = append(want, cfg.Secure.Port)
+	}
+	ps, err := ports(want...)
 	if err != nil {
 		return nil, err
 	}
+	tcp, httpPort := ps[0], ps[1]
+	conf := ServerConfig(dir, tcp, httpPort)
+	if cfg.Secure != nil {
+		conf = strings.Replace(conf, "</yandex>\n", secureConfig(ps[2], cfg.Secure)+"</yandex>\n", 1)
+	}
 	configPath := filepath.Join(dir, "config.xml")
-	if err := os.WriteFile(configPath, []byte(ServerConfig(dir, tcp, httpPort)), 0o644); err != nil {
+	if err := os.WriteFile(configPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(UsersConfig), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(usersConfig(cfg.Users)), 0o600); err != nil {
 		return nil, err
 	}
 	s := &Server{
@@ -139,6 +180,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		LogPath:    filepath.Join(dir, "clickhouse.log"),
 		ErrLogPath: filepath.Join(dir, "clickhouse-server.err.log"),
 		done:       make(chan struct{}),
+	}
+	if cfg.Secure != nil {
+		s.SecureAddr = hostPort(ps[2])
 	}
 	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -266,30 +310,27 @@ func Ping(ctx context.Context, addr string) error {
 }
 
 // ports returns the requested ports, replacing 0 by free ones.
-func ports(tcp, http int) (int, int, error) {
+func ports(want ...int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
 			l.Close()
 		}
 	}()
-	pick := func(p int) (int, error) {
+	out := make([]int, len(want))
+	for i, p := range want {
 		if p != 0 {
-			return p, nil
+			out[i] = p
+			continue
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, fmt.Errorf("find a free port: %w", err)
+			return nil, fmt.Errorf("find a free port: %w", err)
 		}
-		ls = append(ls, l) // held until both are picked: never the same port twice
-		return l.Addr().(*net.TCPAddr).Port, nil
+		ls = append(ls, l) // held until all are picked: never the same port twice
+		out[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	t, err := pick(tcp)
-	if err != nil {
-		return 0, 0, err
-	}
-	h, err := pick(http)
-	return t, h, err
+	return out, nil
 }
 
 // PortFree reports whether port can be listened on at 127.0.0.1 now.
@@ -365,6 +406,54 @@ func ServerConfig(dir string, tcpPort, httpPort int) string {
     <umask>077</umask>
 </yandex>
 `, dir, tcpPort, httpPort)
+}
+
+// secureConfig is the secure native port and its TLS (Poco's
+// <openSSL><server>, which 18.16 and current releases read alike).
+func secureConfig(port int, sec *Secure) string {
+	verify, ca := "none", ""
+	if sec.CAFile != "" {
+		verify, ca = "strict", "\n            <caConfig>"+xmlText(sec.CAFile)+"</caConfig>"
+	}
+	return fmt.Sprintf(`    <tcp_port_secure>%d</tcp_port_secure>
+    <openSSL>
+        <server>
+            <certificateFile>%s</certificateFile>
+            <privateKeyFile>%s</privateKeyFile>%s
+            <verificationMode>%s</verificationMode>
+            <loadDefaultCAFile>false</loadDefaultCAFile>
+            <cacheSessions>true</cacheSessions>
+            <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+            <preferServerCiphers>true</preferServerCiphers>
+        </server>
+    </openSSL>
+`, port, xmlText(sec.CertFile), xmlText(sec.KeyFile), ca, verify)
+}
+
+// usersConfig is UsersConfig with users added, each with the SHA-256 of
+// its password.
+func usersConfig(users []User) string {
+	var b strings.Builder
+	for _, u := range users {
+		sum := sha256.Sum256([]byte(u.Password))
+		fmt.Fprintf(&b, `        <%s>
+            <password_sha256_hex>%s</password_sha256_hex>
+            <networks>
+                <ip>127.0.0.1</ip>
+                <ip>::1</ip>
+            </networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </%[1]s>
+`, u.Name, hex.EncodeToString(sum[:]))
+	}
+	return strings.Replace(UsersConfig, "    </users>\n", b.String()+"    </users>\n", 1)
+}
+
+func xmlText(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
 }
 
 // UsersConfig lets the default user in without a password, from loopback
