@@ -8,13 +8,17 @@ package history
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -94,9 +98,56 @@ func (c ClickHouseConfig) Open(ctx context.Context) (driver.Conn, error) {
 	defer cancel()
 	if err := conn.Ping(pctx); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("ClickHouse %v does not answer (%w): check --clickhouse (native protocol host:port) and the credentials", c.Addr, err)
+		return nil, c.openError(err)
 	}
 	return conn, nil
+}
+
+// clientCertHint is what to check when a secure port refuses the client.
+const clientCertHint = "it may require a client certificate, --clickhouse-tls-cert and --clickhouse-tls-key, signed by a CA it trusts"
+
+// openError says what to fix when the first ping fails: the CA, the
+// port or the credentials.
+func (c ClickHouseConfig) openError(err error) error {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		badHost   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		alert     tls.AlertError
+		notTLS    tls.RecordHeaderError
+		ex        *proto.Exception
+	)
+	switch {
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("ClickHouse %v presents a certificate that no trusted CA signed (%w): pass its CA with --clickhouse-tls-ca", c.Addr, err)
+	case errors.As(err, &badHost):
+		return fmt.Errorf("ClickHouse %v presents a certificate for other host names (%w): connect by a name it has in --clickhouse", c.Addr, err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("ClickHouse %v presents a certificate that is not valid (%w): check its dates and usage", c.Addr, err)
+	case c.TLS != nil && (errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls")):
+		return fmt.Errorf("ClickHouse %v refused the TLS handshake (%w): %s", c.Addr, err, clientCertHint)
+	case c.TLS != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)):
+		// With TLS 1.3 the server checks the client's certificate after
+		// the client's handshake is done: its refusal may reach the
+		// client as a reset connection rather than as the alert.
+		return fmt.Errorf("ClickHouse %v closed the connection after the TLS handshake (%w): %s", c.Addr, err, clientCertHint)
+	case c.TLS != nil && errors.As(err, &notTLS):
+		return fmt.Errorf("ClickHouse %v does not answer TLS (%w): give its secure native port in --clickhouse (tcp_port_secure, 9440 by default), or drop --clickhouse-tls", c.Addr, err)
+	case errors.As(err, &ex) && isAuthFailure(ex.Code):
+		return fmt.Errorf("ClickHouse %v refused user %q (%w): check --clickhouse-user and the password (--clickhouse-password-file or CANON_CLICKHOUSE_PASSWORD)", c.Addr, c.Username, err)
+	}
+	return fmt.Errorf("ClickHouse %v does not answer (%w): check --clickhouse (native protocol host:port) and the credentials", c.Addr, err)
+}
+
+// isAuthFailure reports the server's codes for a refused login: unknown
+// user (192), wrong password (193), no access from this address (195),
+// and the single code current releases use instead (516).
+func isAuthFailure(code int32) bool {
+	switch code {
+	case 192, 193, 195, 516:
+		return true
+	}
+	return false
 }
 
 // writer inserts batches into the history tables of one database.
