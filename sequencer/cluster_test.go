@@ -3,6 +3,7 @@ package sequencer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -68,13 +69,31 @@ func checkReplicated(t *testing.T, ctx context.Context, e *topicsEnv) {
 			t.Fatal(err)
 		}
 	}
-	set("1")
-	_, err = kafka.EnsureTopics(ctx, e.cl, kafka.TopicsConfig{Names: e.names, Partitions: e.parts}, nil)
-	if !errors.Is(err, kafka.ErrUnsafeTopic) {
-		t.Fatalf("EnsureTopics with min.insync.replicas=1 on 3 replicas: %v, want ErrUnsafeTopic", err)
+	// A config change reaches each node through the metadata log, and
+	// EnsureTopics may ask a node that has not applied it yet: wait for
+	// the answer the change brings, either way.
+	ensure := func() error {
+		_, err := kafka.EnsureTopics(ctx, e.cl, kafka.TopicsConfig{Names: e.names, Partitions: e.parts}, nil)
+		return err
 	}
-	t.Logf("refused: %v", err)
+	set("1")
+	var refused error
+	waitUntil(t, ctx, "EnsureTopics to refuse min.insync.replicas=1 on 3 replicas", func() (bool, error) {
+		refused = ensure()
+		if refused != nil && !errors.Is(refused, kafka.ErrUnsafeTopic) {
+			return false, fmt.Errorf("EnsureTopics: %w, want ErrUnsafeTopic", refused)
+		}
+		return refused != nil, nil
+	})
+	t.Logf("refused: %v", refused)
 	set("2")
+	waitUntil(t, ctx, "EnsureTopics to take min.insync.replicas=2 again", func() (bool, error) {
+		err := ensure()
+		if err != nil && !errors.Is(err, kafka.ErrUnsafeTopic) {
+			return false, err
+		}
+		return err == nil, nil
+	})
 }
 
 // TestIntegrationCluster runs two sequencers under load on a three-node
