@@ -146,7 +146,18 @@ func TestEnsureTopicsRefusesUncleanElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = EnsureTopics(ctx, cl, cfg, nil)
+	// The broker answers DescribeConfigs from its metadata cache, which
+	// applies the change a moment after AlterConfigs returns: wait for it.
+	for {
+		_, err = EnsureTopics(ctx, cl, cfg, nil)
+		if err != nil || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if !errors.Is(err, ErrUnsafeTopic) || !strings.Contains(err.Error(), "unclean.leader.election.enable=false") {
 		t.Fatalf("EnsureTopics of a topic with unclean election: %v, want ErrUnsafeTopic with the fix", err)
 	}
