@@ -140,27 +140,7 @@ func StartKafkaCluster(ctx context.Context, opts KafkaOptions) (*KafkaCluster, e
 			return nil, fmt.Errorf("format kafka storage of node %d: %w\n%s", i+1, err, out)
 		}
 		proc := newProcess(fmt.Sprintf("kafka-node%d", i+1), work, filepath.Join(work, "kafka.log"), nil, append(jvm, "kafka.Kafka", propsPath)...)
-		k := &KafkaServer{proc: proc, workDir: work, provider: ProviderLocal}
-		k.srv = &server{
-			name:     proc.name,
-			provider: ProviderLocal,
-			addrs:    []string{hostPort(port)},
-			tail:     proc.tail,
-			stop: func() {
-				proc.stop(20 * time.Second)
-				if !keep {
-					os.RemoveAll(work)
-				}
-			},
-		}
-		k.kill = proc.kill
-		k.restart = func(ctx context.Context) error {
-			if err := proc.start(); err != nil {
-				return err
-			}
-			return proc.waitFor(ctx, "answering", func(ctx context.Context) error { return pingKafka(ctx, k.srv.addrs) })
-		}
-		c.Nodes = append(c.Nodes, k)
+		c.Nodes = append(c.Nodes, localKafka(proc, work, hostPort(port), keep))
 	}
 	// The nodes wait for a quorum of controllers: start them all, then
 	// wait for each.

@@ -228,12 +228,24 @@ func startLocalKafka(ctx context.Context, opts KafkaOptions) (*KafkaServer, erro
 	}
 
 	proc := newProcess("kafka", work, logPath, nil, append(jvm, "kafka.Kafka", propsPath)...)
-	keep := keepServers()
-	k := &KafkaServer{proc: proc, workDir: work, provider: ProviderLocal, Security: sec}
+	k := localKafka(proc, work, hostPort(ports[0]), keepServers())
+	k.Security = sec
+	if err := k.restart(ctx); err != nil {
+		k.srv.stop()
+		return nil, err
+	}
+	return k, nil
+}
+
+// localKafka is a broker run by proc from work, answering at addr, not
+// started yet: restart starts it and waits until it answers; stop ends it
+// and removes work unless keep.
+func localKafka(proc *process, work, addr string, keep bool) *KafkaServer {
+	k := &KafkaServer{proc: proc, workDir: work, provider: ProviderLocal}
 	k.srv = &server{
-		name:     "kafka",
+		name:     proc.name,
 		provider: ProviderLocal,
-		addrs:    []string{hostPort(ports[0])},
+		addrs:    []string{addr},
 		tail:     proc.tail,
 		stop: func() {
 			proc.stop(20 * time.Second)
@@ -249,11 +261,7 @@ func startLocalKafka(ctx context.Context, opts KafkaOptions) (*KafkaServer, erro
 		}
 		return proc.waitFor(ctx, "answering", func(ctx context.Context) error { return pingKafka(ctx, k.srv.addrs) })
 	}
-	if err := k.restart(ctx); err != nil {
-		k.srv.stop()
-		return nil, err
-	}
-	return k, nil
+	return k
 }
 
 // pingKafka succeeds once the broker answers metadata requests and a
