@@ -224,12 +224,5 @@ probing:
 	}
 	t.Logf("nodes %v restarted", down)
 
-	waitAllDecided(t, ctx, g, cl)
-	stopAll(t, ctx, a, b)
-	cl.catchUp(ctx)
-	h := cl.check(g.expected())
-	checkRejectedEmpty(t, e)
-	for _, p := range []*seqProc{a, b} {
-		checkStore(t, p, e.parts, h)
-	}
+	finishAndCheck(t, ctx, e, g, cl, a, b)
 }

@@ -794,6 +794,23 @@ func sameOutcomes(a, b []schemas.Outcome) bool {
 // the input offsets behind the changelog (versions and input offsets
 // commit together, so a restore never does), stops them with SIGTERM and
 // checks their logs.
+// finishAndCheck lets every mutation of g be decided, stops the
+// instances, and checks the invariants on what they wrote: the
+// changelog's versions are contiguous, each mutation is applied once and
+// in its client's order, nothing was rejected, and each instance's store
+// agrees with the changelog.
+func finishAndCheck(t *testing.T, ctx context.Context, e *topicsEnv, g *loadGen, cl *changelog, ps ...*seqProc) {
+	t.Helper()
+	waitAllDecided(t, ctx, g, cl)
+	stopAll(t, ctx, ps...)
+	cl.catchUp(ctx)
+	h := cl.check(g.expected())
+	checkRejectedEmpty(t, e)
+	for _, p := range ps {
+		checkStore(t, p, e.parts, h)
+	}
+}
+
 func stopAll(t *testing.T, ctx context.Context, ps ...*seqProc) {
 	t.Helper()
 	waitUntil(t, ctx, "every instance ready", func() (bool, error) {

@@ -72,14 +72,7 @@ func TestIntegrationMembershipChurn(t *testing.T) {
 	g.allowUpTo(0.8)
 	waitUntil(t, ctx, "a owning partitions again", func() (bool, error) { return a.owned() > 0, nil })
 
-	waitAllDecided(t, ctx, g, cl)
-	stopAll(t, ctx, a, b, c)
-	cl.catchUp(ctx)
-	h := cl.check(g.expected())
-	checkRejectedEmpty(t, e)
-	for _, p := range []*seqProc{a, b, c} {
-		checkStore(t, p, e.parts, h)
-	}
+	finishAndCheck(t, ctx, e, g, cl, a, b, c)
 }
 
 // TestIntegrationBrokerCrash kills the broker with SIGKILL during the
@@ -128,14 +121,7 @@ func TestIntegrationBrokerCrash(t *testing.T) {
 		waitUntil(t, ctx, "decisions after the restart", func() (bool, error) { return cl.outcomes() > before, nil })
 	}
 
-	waitAllDecided(t, ctx, g, cl)
-	stopAll(t, ctx, a, b)
-	cl.catchUp(ctx)
-	h := cl.check(g.expected())
-	checkRejectedEmpty(t, e)
-	for _, p := range []*seqProc{a, b} {
-		checkStore(t, p, e.parts, h)
-	}
+	finishAndCheck(t, ctx, e, g, cl, a, b)
 }
 
 // TestIntegrationZombie stops an instance (SIGSTOP) past its session
@@ -183,14 +169,7 @@ func TestIntegrationZombie(t *testing.T) {
 		z.waitRejoined(ctx, joins)
 	}
 
-	waitAllDecided(t, ctx, g, cl)
-	stopAll(t, ctx, a, z)
-	cl.catchUp(ctx)
-	h := cl.check(g.expected())
-	checkRejectedEmpty(t, e)
-	for _, p := range []*seqProc{a, z} {
-		checkStore(t, p, e.parts, h)
-	}
+	finishAndCheck(t, ctx, e, g, cl, a, z)
 }
 
 // TestIntegrationRejected produces bad records straight into

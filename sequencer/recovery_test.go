@@ -162,14 +162,7 @@ func TestIntegrationKillRecovery(t *testing.T) {
 	}
 
 	g.finish()
-	waitAllDecided(t, ctx, g, cl)
-	stopAll(t, ctx, a, b)
-	cl.catchUp(ctx)
-	h := cl.check(g.expected())
-	checkRejectedEmpty(t, e)
-	for _, p := range []*seqProc{a, b} {
-		checkStore(t, p, e.parts, h)
-	}
+	finishAndCheck(t, ctx, e, g, cl, a, b)
 }
 
 func median(sorted []float64) float64 {
