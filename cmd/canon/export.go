@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/canon-sync/canon/pipeline"
+	"github.com/canon-sync/canon/pipelines"
 )
 
 type exportFlags struct {
@@ -50,7 +50,7 @@ snapshot. docs/pipelines.md describes the lines.`,
 				}()
 				w, summary = file, cmd.OutOrStdout()
 			}
-			res, err := pipeline.Export(cmd.Context(), cfg, pipeline.ExportOptions{Project: p, Branch: f.branch, At: f.at, NoHistory: f.noHistory}, w)
+			res, err := pipelines.Export(cmd.Context(), cfg, pipelines.ExportOptions{Project: p, Branch: f.branch, At: f.at, NoHistory: f.noHistory}, w)
 			done()
 			if err != nil {
 				return err

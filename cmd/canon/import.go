@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/canon-sync/canon/pipeline"
+	"github.com/canon-sync/canon/pipelines"
 )
 
 type importFlags struct {
@@ -43,15 +43,15 @@ run again with the same flags.`,
 			if err != nil {
 				return err
 			}
-			opt := pipeline.ImportOptions{Snapshot: snap, Target: pipeline.BranchRef{ProjectRef: p, Branch: f.branch}, DryRun: f.dryRun, Client: f.client}
+			opt := pipelines.ImportOptions{Snapshot: snap, Target: pipelines.BranchRef{ProjectRef: p, Branch: f.branch}, DryRun: f.dryRun, Client: f.client}
 			if f.from != "" {
-				b, err := pipeline.ParseBranchAt(f.from)
+				b, err := pipelines.ParseBranchAt(f.from)
 				if err != nil {
 					return usageError{fmt.Errorf("--from %w", err)}
 				}
 				opt.From = &b
 			}
-			res, err := pipeline.Import(cmd.Context(), cfg, opt)
+			res, err := pipelines.Import(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
 				return err
@@ -85,6 +85,6 @@ run again with the same flags.`,
 	fs.StringVar(&f.branch, "branch", "main", "the target branch: main of a new project, or a new branch")
 	fs.StringVar(&f.from, "from", "", "for a new branch: the branch (and @version) it is made from (default main)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "decide in memory and produce nothing")
-	fs.StringVar(&f.client, "client", pipeline.ImportClient, "client of the import's mutations")
+	fs.StringVar(&f.client, "client", pipelines.ImportClient, "client of the import's mutations")
 	return cmd
 }

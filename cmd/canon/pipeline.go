@@ -13,7 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/pipeline"
+	"github.com/canon-sync/canon/pipelines"
 )
 
 // pipelineFlags are the flags the pipeline commands (replay, rebase,
@@ -35,7 +35,7 @@ func (f *pipelineFlags) register(cmd *cobra.Command) {
 	registerKafkaSecurity(cmd, &f.security)
 	fs.StringVar(&f.project, "project", "", "the project, ORG/PROJECT (required)")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout, and no progress bar")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", pipeline.DefaultIdleTimeout,
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", pipelines.DefaultIdleTimeout,
 		"give up when the sequencer decides nothing of what the job produced for this long (run the job again to resume)")
 	fs.StringVar(&f.principal, "principal", "",
 		"who runs the job, recorded with every mutation it sends (default os:<your user name>)")
@@ -43,23 +43,23 @@ func (f *pipelineFlags) register(cmd *cobra.Command) {
 
 // setup checks the shared flags and returns the job's config, the project
 // and a function that ends the progress bar.
-func (f *pipelineFlags) setup(cmd *cobra.Command, g *globalFlags, clientID string) (pipeline.Config, pipeline.ProjectRef, func(), error) {
+func (f *pipelineFlags) setup(cmd *cobra.Command, g *globalFlags, clientID string) (pipelines.Config, pipelines.ProjectRef, func(), error) {
 	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
-		return pipeline.Config{}, pipeline.ProjectRef{}, nil, err
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, err
 	}
 	if len(f.brokers) == 0 {
-		return pipeline.Config{}, pipeline.ProjectRef{}, nil, usageError{fmt.Errorf("no Kafka brokers: pass --brokers host:port (or set CANON_BROKERS)")}
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, usageError{fmt.Errorf("no Kafka brokers: pass --brokers host:port (or set CANON_BROKERS)")}
 	}
 	if f.project == "" {
-		return pipeline.Config{}, pipeline.ProjectRef{}, nil, usageError{fmt.Errorf("--project is required: ORG/PROJECT")}
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, usageError{fmt.Errorf("--project is required: ORG/PROJECT")}
 	}
-	p, err := pipeline.ParseProject(f.project)
+	p, err := pipelines.ParseProject(f.project)
 	if err != nil {
-		return pipeline.Config{}, pipeline.ProjectRef{}, nil, usageError{fmt.Errorf("--project: %w", err)}
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, usageError{fmt.Errorf("--project: %w", err)}
 	}
 	if f.idleTimeout <= 0 {
-		return pipeline.Config{}, pipeline.ProjectRef{}, nil, usageError{fmt.Errorf("--idle-timeout %s: give a positive duration", f.idleTimeout)}
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, usageError{fmt.Errorf("--idle-timeout %s: give a positive duration", f.idleTimeout)}
 	}
 	principal := f.principal
 	if principal == "" {
@@ -69,9 +69,9 @@ func (f *pipelineFlags) setup(cmd *cobra.Command, g *globalFlags, clientID strin
 	}
 	kcfg, err := securedClientConfig(f.brokers, &f.security, clientID, nil)
 	if err != nil {
-		return pipeline.Config{}, pipeline.ProjectRef{}, nil, err
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, err
 	}
-	cfg := pipeline.Config{
+	cfg := pipelines.Config{
 		Kafka:       kcfg,
 		Topics:      kafka.DefaultTopicNames().WithPrefix(f.topicPrefix),
 		IdleTimeout: f.idleTimeout,
@@ -105,7 +105,7 @@ var phaseText = map[string]string{
 	"export":  "export",
 }
 
-func (b *progressBars) report(p pipeline.Progress) {
+func (b *progressBars) report(p pipelines.Progress) {
 	if !b.on {
 		return
 	}
@@ -151,13 +151,13 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // printCounts writes what a job made on its target.
-func printCounts(w io.Writer, c pipeline.Counts) {
+func printCounts(w io.Writer, c pipelines.Counts) {
 	fmt.Fprintf(w, "  mutations   %d (%d were on the target already)\n", c.Mutations, c.AlreadyOnTarget)
 	fmt.Fprintf(w, "  versions    %d (%d applied, %d errors, %d not recorded)\n", c.Versions, c.Applied, c.Errors, c.Rejected)
 }
 
 // printDiff writes an item-level difference.
-func printDiff(w io.Writer, d pipeline.StateDiff, source, target string) {
+func printDiff(w io.Writer, d pipelines.StateDiff, source, target string) {
 	if len(d.Scalars) == 0 && len(d.Items) == 0 {
 		fmt.Fprintf(w, "  no difference between %s and %s\n", source, target)
 		return

@@ -19,7 +19,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
-	"github.com/canon-sync/canon/pipeline"
+	"github.com/canon-sync/canon/pipelines"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -131,7 +131,7 @@ func TestPipelineCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dry pipeline.RebaseResult
+	var dry pipelines.RebaseResult
 	if err := json.Unmarshal(out, &dry); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -176,7 +176,7 @@ func TestPipelineCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res pipeline.RebaseResult
+	var res pipelines.RebaseResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

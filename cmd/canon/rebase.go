@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/canon-sync/canon/pipeline"
+	"github.com/canon-sync/canon/pipelines"
 )
 
 type rebaseFlags struct {
@@ -58,12 +58,12 @@ once.`,
 			if f.into == "" {
 				return usageError{errors.New("--into is required: the new branch's name")}
 			}
-			opt := pipeline.RebaseOptions{
-				Source: pipeline.BranchRef{ProjectRef: p, Branch: f.branch},
+			opt := pipelines.RebaseOptions{
+				Source: pipelines.BranchRef{ProjectRef: p, Branch: f.branch},
 				From:   f.from, To: f.to, Into: f.into, DryRun: f.dryRun, Client: f.client,
 			}
 			if f.onto != "" {
-				b, err := pipeline.ParseBranchAt(f.onto)
+				b, err := pipelines.ParseBranchAt(f.onto)
 				if err != nil {
 					return usageError{fmt.Errorf("--onto %w", err)}
 				}
@@ -75,7 +75,7 @@ once.`,
 				}
 				opt.OntoSnapshot, opt.OntoName = snap, f.ontoSnapshot
 			}
-			res, err := pipeline.Rebase(cmd.Context(), cfg, opt)
+			res, err := pipelines.Rebase(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
 				return err
@@ -118,7 +118,7 @@ once.`,
 	fs.Uint64Var(&f.to, "to", 0, "last version of --branch to rebase (default its head)")
 	fs.StringVar(&f.into, "into", "", "the new branch (required)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "decide in memory and produce nothing")
-	fs.StringVar(&f.client, "client", pipeline.RebaseClient, "client of the rebase's own mutations on the target")
+	fs.StringVar(&f.client, "client", pipelines.RebaseClient, "client of the rebase's own mutations on the target")
 	return cmd
 }
 
@@ -127,13 +127,13 @@ once.`,
 const maxListed = 20
 
 // readSnapshotFile reads the snapshot of a canon export file.
-func readSnapshotFile(path string) (*pipeline.Snapshot, error) {
+func readSnapshotFile(path string) (*pipelines.Snapshot, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("snapshot file: %w", err)}
 	}
 	defer file.Close()
-	snap, err := pipeline.ReadSnapshot(file)
+	snap, err := pipelines.ReadSnapshot(file)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot file %s: %w", path, err)
 	}

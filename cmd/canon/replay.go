@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/canon-sync/canon/pipeline"
+	"github.com/canon-sync/canon/pipelines"
 )
 
 type replayFlags struct {
@@ -54,8 +54,8 @@ holds is not sent twice.`,
 			if err != nil {
 				return err
 			}
-			opt := pipeline.ReplayOptions{
-				Source: pipeline.BranchRef{ProjectRef: p, Branch: f.branch},
+			opt := pipelines.ReplayOptions{
+				Source: pipelines.BranchRef{ProjectRef: p, Branch: f.branch},
 				From:   f.from, To: f.to, Into: f.into, InMemory: f.inMemory, Client: f.client,
 			}
 			if opt.Raw, err = f.rawRange(cmd); err != nil {
@@ -67,7 +67,7 @@ holds is not sent twice.`,
 			if !f.inMemory && f.into == "" {
 				return usageError{errors.New("--into is required: a new branch name, or ORG/PROJECT for a new project (or --in-memory)")}
 			}
-			res, err := pipeline.Replay(cmd.Context(), cfg, opt)
+			res, err := pipelines.Replay(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
 				return err
@@ -112,16 +112,16 @@ holds is not sent twice.`,
 	fs.Int64Var(&f.toOffset, "to-offset", -1, "replay from canon.mutations, up to this offset (exclusive)")
 	fs.StringVar(&f.since, "since", "", "replay from canon.mutations, records from this time (RFC 3339)")
 	fs.StringVar(&f.until, "until", "", "replay from canon.mutations, records before this time (RFC 3339)")
-	fs.StringVar(&f.client, "client", pipeline.ReplayClient, "client of the replay's own branch.create on the target")
+	fs.StringVar(&f.client, "client", pipelines.ReplayClient, "client of the replay's own branch.create on the target")
 	return cmd
 }
 
-func (f *replayFlags) rawRange(cmd *cobra.Command) (*pipeline.RawRange, error) {
+func (f *replayFlags) rawRange(cmd *cobra.Command) (*pipelines.RawRange, error) {
 	fs := cmd.Flags()
 	if !fs.Changed("from-offset") && !fs.Changed("to-offset") && f.since == "" && f.until == "" {
 		return nil, nil
 	}
-	r := &pipeline.RawRange{FromOffset: f.fromOffset, ToOffset: f.toOffset}
+	r := &pipelines.RawRange{FromOffset: f.fromOffset, ToOffset: f.toOffset}
 	for _, t := range []struct {
 		flag, v string
 		dst     *time.Time
@@ -138,7 +138,7 @@ func (f *replayFlags) rawRange(cmd *cobra.Command) (*pipeline.RawRange, error) {
 	return r, nil
 }
 
-func printDivergence(w io.Writer, d *pipeline.Divergence) {
+func printDivergence(w io.Writer, d *pipelines.Divergence) {
 	fmt.Fprintf(w, "  NOT deterministic: first divergence at version %d (replay version %d)\n", d.Version, d.TargetVersion)
 	fmt.Fprintf(w, "    mutation  %d of client %s (%s), id %d on the target\n", d.Mutation.ID, d.Mutation.Client, d.Mutation.Name, d.Mutation.TargetID)
 	fmt.Fprintf(w, "    outcome   %s, replayed %s\n", d.Status, d.ReplayedStatus)

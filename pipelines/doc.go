@@ -1,4 +1,4 @@
-// Package pipeline holds the data teams' jobs over Canon's topics: replay
+// Package pipelines holds the data teams' jobs over Canon's topics: replay
 // (re-run a branch's canonical mutations onto a new branch and check that
 // every state hash is the original's), rebase (send a branch's mutations
 // to a new branch made from another base and summarize what changed),
@@ -20,4 +20,4 @@
 // sequencer drops the copies of a rerun as duplicates, and a rerun checks
 // that an existing target was made by the same job before it goes on.
 // docs/pipelines.md has the details.
-package pipeline
+package pipelines
