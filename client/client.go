@@ -8,9 +8,9 @@
 //	w.Add("item.put", map[string]any{"collection": "tasks", "id": "t1", "data": map[string]any{"title": "Ship"}})
 //	outcomes, err := w.Flush(ctx)
 //
-// Only the standard library is used (and Canon's internal/jsonfast, which
-// uses only the standard library too), so programs that push to Canon do
-// not link Kafka or Pebble.
+// Only the standard library is used (and Canon's schemas, which uses only
+// the standard library too), so programs that push to Canon do not link
+// Kafka or Pebble.
 package client
 
 import (

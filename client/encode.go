@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/canon-sync/canon/internal/jsonfast"
+	"github.com/canon-sync/canon/schemas"
 )
 
 // encodePush returns the body of a push: the bytes json.Marshal(p)
 // returns, written without reflection, with each mutation's args checked
-// by jsonfast.Check instead of encoding/json's slower compaction of a
+// by schemas.CheckJSON instead of encoding/json's slower compaction of a
 // Marshaler's output. Args that are not JSON get json.Marshal's error.
 func encodePush(p *Push) ([]byte, error) {
 	size := 64 + len(p.Branch) + len(p.ClientGroup)
@@ -70,7 +70,7 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, bool) {
 	if raw == nil {
 		return append(b, "null"...), true
 	}
-	if valid, compact := jsonfast.Check(raw); valid && compact && !needsHTMLEscape(raw) {
+	if valid, compact := schemas.CheckJSON(raw); valid && compact && !needsHTMLEscape(raw) {
 		return append(b, raw...), true // what json.Marshal writes
 	}
 	start := len(b)
@@ -106,7 +106,7 @@ func needsHTMLEscape(b []byte) bool {
 	}
 }
 
-func appendString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, true) }
+func appendString(b []byte, s string) []byte { return schemas.AppendJSONString(b, s, true) }
 
 // decodeResult decodes the answer to a push as json.Unmarshal(data, r)
 // does. The answer without outcomes, the one of every push that does not
@@ -124,17 +124,17 @@ func decodeResult(data []byte, r *Result) error {
 // does while it walks it.
 func fastDecodeResult(d []byte, r *Result) bool {
 	var ws []Written
-	end, ok := jsonfast.Members(d, jsonfast.SkipSpace(d, 0), 0, func(key []byte, at int) int {
+	end, ok := schemas.JSONMembers(d, schemas.SkipJSONSpace(d, 0), 0, func(key []byte, at int) int {
 		if string(key) != "mutations" || ws != nil {
 			return -1
 		}
 		ws = make([]Written, 0, (len(d)-at)/48+1)
 		prev := "" // the last client: the next ones likely repeat it
-		end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
+		end, ok := schemas.JSONElements(d, at, 1, func(at int) int {
 			var w Written
 			var seen [4]bool
-			end, ok := jsonfast.Members(d, at, 2, func(key []byte, at int) int {
-				end, _ := jsonfast.CheckValue(d, at, 3)
+			end, ok := schemas.JSONMembers(d, at, 2, func(key []byte, at int) int {
+				end, _ := schemas.CheckJSONValue(d, at, 3)
 				if end < 0 {
 					return -1
 				}
@@ -143,18 +143,18 @@ func fastDecodeResult(d []byte, r *Result) bool {
 				var n int64
 				switch string(key) {
 				case "client":
-					w.Client, ok = jsonfast.StringLike(v, prev)
+					w.Client, ok = schemas.JSONStringLike(v, prev)
 					prev = w.Client
 					ok = once(&seen[0]) && ok
 				case "id":
-					w.ID, ok = jsonfast.Uint(v, 64)
+					w.ID, ok = schemas.JSONUint(v, 64)
 					ok = once(&seen[1]) && ok
 				case "partition":
-					n, ok = jsonfast.Int(v, 32)
+					n, ok = schemas.JSONInt(v, 32)
 					w.Partition = int32(n)
 					ok = once(&seen[2]) && ok
 				case "offset":
-					w.Offset, ok = jsonfast.Int(v, 64)
+					w.Offset, ok = schemas.JSONInt(v, 64)
 					ok = once(&seen[3]) && ok
 				}
 				if !ok {
@@ -173,7 +173,7 @@ func fastDecodeResult(d []byte, r *Result) bool {
 		}
 		return end
 	})
-	if !ok || ws == nil || jsonfast.SkipSpace(d, end) != len(d) {
+	if !ok || ws == nil || schemas.SkipJSONSpace(d, end) != len(d) {
 		return false
 	}
 	r.Mutations = ws

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -832,6 +831,6 @@ func (d *Decider) lookup(bs *branchState, k itemKey, v uint64) (itemState, bool,
 
 // jsonValid is json.Valid, several times faster.
 func jsonValid(d []byte) bool {
-	valid, _ := jsonfast.Check(d)
+	valid, _ := schemas.CheckJSON(d)
 	return valid
 }

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/canon-sync/canon/internal/jsonfast"
+	"github.com/canon-sync/canon/schemas"
 )
 
 // decodePush decodes a push body exactly as decodeJSON(body, req, true)
@@ -30,7 +30,7 @@ func decodePush(body []byte, req *PushRequest) (compactArgs []bool, aerr *Error)
 // args are compact JSON.
 func fastDecodePush(d []byte, req *PushRequest) (compactArgs []bool, ok bool) {
 	var seen [3]bool
-	end, ok := jsonfast.Members(d, jsonfast.SkipSpace(d, 0), 0, func(key []byte, at int) int {
+	end, ok := schemas.JSONMembers(d, schemas.SkipJSONSpace(d, 0), 0, func(key []byte, at int) int {
 		switch string(key) {
 		case "branch":
 			return once(&seen[0], stringAt(d, at, 1, &req.Branch))
@@ -41,7 +41,7 @@ func fastDecodePush(d []byte, req *PushRequest) (compactArgs []bool, ok bool) {
 		}
 		return -1
 	})
-	return compactArgs, ok && jsonfast.SkipSpace(d, end) == len(d)
+	return compactArgs, ok && schemas.SkipJSONSpace(d, end) == len(d)
 }
 
 // pushMutations reads the array of mutations at d[at] into out and
@@ -52,30 +52,30 @@ func pushMutations(d []byte, at int, out *[]PushMutation, compactArgs *[]bool) i
 	ms := make([]PushMutation, 0, min((len(d)-at)/128+1, DefaultMaxBatch))
 	compact := make([]bool, 0, cap(ms))
 	var prev PushMutation // whose names the next ones likely repeat
-	end, ok := jsonfast.Elements(d, at, 1, func(at int) int {
+	end, ok := schemas.JSONElements(d, at, 1, func(at int) int {
 		pm := PushMutation{Client: prev.Client, Name: prev.Name}
 		var seen [5]bool
 		var argsCompact bool
-		end, ok := jsonfast.Members(d, at, 2, func(key []byte, at int) int {
+		end, ok := schemas.JSONMembers(d, at, 2, func(key []byte, at int) int {
 			switch string(key) {
 			case "client":
 				return once(&seen[0], stringAt(d, at, 3, &pm.Client))
 			case "id":
-				end, _ := jsonfast.CheckValue(d, at, 3)
-				return once(&seen[1], numberAt(d, at, end, func(v []byte) (ok bool) { pm.ID, ok = jsonfast.Uint(v, 64); return ok }))
+				end, _ := schemas.CheckJSONValue(d, at, 3)
+				return once(&seen[1], numberAt(d, at, end, func(v []byte) (ok bool) { pm.ID, ok = schemas.JSONUint(v, 64); return ok }))
 			case "name":
 				return once(&seen[2], stringAt(d, at, 3, &pm.Name))
 			case "args":
 				// encoding/json keeps a json.RawMessage's bytes as they
 				// are, null included.
-				end, c := jsonfast.CheckValue(d, at, 3)
+				end, c := schemas.CheckJSONValue(d, at, 3)
 				if end >= 0 {
 					pm.Args, argsCompact = d[at:end], c
 				}
 				return once(&seen[3], end)
 			case "ts":
-				end, _ := jsonfast.CheckValue(d, at, 3)
-				return once(&seen[4], numberAt(d, at, end, func(v []byte) (ok bool) { pm.TS, ok = jsonfast.Int(v, 64); return ok }))
+				end, _ := schemas.CheckJSONValue(d, at, 3)
+				return once(&seen[4], numberAt(d, at, end, func(v []byte) (ok bool) { pm.TS, ok = schemas.JSONInt(v, 64); return ok }))
 			}
 			return -1
 		})
@@ -105,11 +105,11 @@ func pushMutations(d []byte, at int, out *[]PushMutation, compactArgs *[]bool) i
 // reads it into out if it is a string and returns the index after it, or
 // -1. The string already in out is reused if it is the same.
 func stringAt(d []byte, at, depth int, out *string) int {
-	end, _ := jsonfast.CheckValue(d, at, depth)
+	end, _ := schemas.CheckJSONValue(d, at, depth)
 	if end < 0 {
 		return -1
 	}
-	s, ok := jsonfast.StringLike(d[at:end], *out)
+	s, ok := schemas.JSONStringLike(d[at:end], *out)
 	if !ok {
 		return -1
 	}
@@ -164,7 +164,7 @@ func appendWritten(b []byte, ws []Written) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"client":`...)
-		b = jsonfast.AppendString(b, m.Client, true)
+		b = schemas.AppendJSONString(b, m.Client, true)
 		b = append(b, `,"id":`...)
 		b = strconv.AppendUint(b, m.ID, 10)
 		b = append(b, `,"partition":`...)

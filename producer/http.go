@@ -17,7 +17,6 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/httpapi"
-	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -486,8 +485,8 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 		encode := schemas.EncodeMutation
 		if i < len(compactArgs) && compactArgs[i] {
 			encode = schemas.EncodeCheckedMutation
-		} else if valid, compact := jsonfast.Check(m.Args); valid && compact {
-			// Checked at jsonfast's speed: no second scan by encoding/json's.
+		} else if valid, compact := schemas.CheckJSON(m.Args); valid && compact {
+			// Checked at the speed of schemas' JSON checker: no second scan by encoding/json's.
 			encode = schemas.EncodeCheckedMutation
 		}
 		v, err := encode(m, p.cfg.Limits)

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/canon-sync/canon/internal/jsonfast"
 )
 
 // Record kinds: the part of a canon-schema header before the major
@@ -170,7 +168,7 @@ func object(schema string, value []byte) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%s: %w: the value is not valid UTF-8 (at byte %d): JSON text is UTF-8", schema, ErrUndecodable, n)
 	}
-	if valid, _ := jsonfast.Check(value); valid {
+	if valid, _ := CheckJSON(value); valid {
 		if value[skipSpace(value, 0)] == '{' {
 			return value, nil
 		}
@@ -432,6 +430,6 @@ func (l Limits) orDefaults() Limits {
 
 // jsonValid is json.Valid, several times faster.
 func jsonValid(d []byte) bool {
-	valid, _ := jsonfast.Check(d)
+	valid, _ := CheckJSON(d)
 	return valid
 }

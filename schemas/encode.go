@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
-
-	"github.com/canon-sync/canon/internal/jsonfast"
 )
 
 // The ingest encodes every pushed mutation, so EncodeMutation writes the
@@ -80,4 +78,4 @@ func appendMutation(b []byte, m *Mutation, argsChecked bool) (_ []byte, ok bool)
 
 // appendString appends s as a JSON string the way marshal writes it
 // (without HTML escaping).
-func appendString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, false) }
+func appendString(b []byte, s string) []byte { return AppendJSONString(b, s, false) }

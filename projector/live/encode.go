@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/canon-sync/canon/internal/jsonfast"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -162,7 +161,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // appendString appends s as json.Marshal writes it (HTML-escaped).
-func appendString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, true) }
+func appendString(b []byte, s string) []byte { return schemas.AppendJSONString(b, s, true) }
 
 // appendRaw appends a raw JSON value as json.Marshal writes a
 // json.RawMessage: compacted and HTML-escaped. Values that need neither,
@@ -171,7 +170,7 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
 	if raw == nil {
 		return append(b, "null"...), nil
 	}
-	if valid, compact := jsonfast.Check(raw); valid && compact && !bytes.ContainsAny(raw, "<>&\u2028\u2029") {
+	if valid, compact := schemas.CheckJSON(raw); valid && compact && !bytes.ContainsAny(raw, "<>&\u2028\u2029") {
 		return append(b, raw...), nil
 	}
 	var buf bytes.Buffer

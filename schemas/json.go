@@ -1,16 +1,16 @@
-// Package jsonfast checks, reads and writes JSON without reflection, for
-// the hot paths: the producer's decoding of push bodies and encoding of
-// its answers, the client's encoding of push bodies and decoding of the
-// answers, the record encoders of package schemas and the websocket's
-// version messages. Check accepts exactly what json.Valid
-// accepts, and the walkers Members and Elements check the JSON the same
-// way as they go, so that a body is read in one pass. Code built on it
-// handles the common case itself and leaves everything else, errors
-// included, to encoding/json, which keeps its results and error messages
-// those of encoding/json.
-//
-// It uses only the standard library, like package client.
-package jsonfast
+// This file is Canon's one byte-level JSON toolkit: it checks, reads and
+// writes JSON without reflection, for the hot paths (the producer's
+// decoding of pushes, the Go client's codecs, the record codecs of this
+// package and the websocket's version messages). CheckJSON accepts
+// exactly what json.Valid accepts, and the walkers JSONMembers and
+// JSONElements check the JSON the same way as they go, so that a body is
+// read in one pass. Code built on it handles the common case itself and
+// leaves everything else, errors included, to encoding/json, which keeps
+// its results and error messages those of encoding/json. It lives in
+// schemas, which imports nothing of Canon's, so that every package can
+// use it.
+
+package schemas
 
 import (
 	"bytes"
@@ -25,20 +25,20 @@ const maxDepth = 10000
 // Check reports whether d is valid JSON, as json.Valid does, and whether
 // it is also compact: without whitespace outside strings, so that
 // json.Compact would leave it as it is.
-func Check(d []byte) (valid, compact bool) {
-	i := SkipSpace(d, 0)
-	end, compact := CheckValue(d, i, 0)
-	if end < 0 || SkipSpace(d, end) != len(d) {
+func CheckJSON(d []byte) (valid, compact bool) {
+	i := SkipJSONSpace(d, 0)
+	end, compact := CheckJSONValue(d, i, 0)
+	if end < 0 || SkipJSONSpace(d, end) != len(d) {
 		return false, false
 	}
 	return true, compact && i == 0 && end == len(d)
 }
 
-// CheckValue checks the JSON value that starts at d[i], inside depth
+// CheckJSONValue checks the JSON value that starts at d[i], inside depth
 // objects and arrays, as json.Valid checks it inside the JSON around it
 // (encoding/json limits the nesting), and returns the index after it and
 // whether it is compact; end is -1 when it is not valid.
-func CheckValue(d []byte, i, depth int) (end int, compact bool) {
+func CheckJSONValue(d []byte, i, depth int) (end int, compact bool) {
 	var buf [32]byte
 	stack := buf[:0] // the open objects and arrays: '{' or '['
 	spaced := false  // whitespace seen outside strings
@@ -53,7 +53,7 @@ func CheckValue(d []byte, i, depth int) (end int, compact bool) {
 				return -1, false
 			}
 			i++
-			if j := SkipSpace(d, i); j != i {
+			if j := SkipJSONSpace(d, i); j != i {
 				i, spaced = j, true
 			}
 			if i < len(d) && d[i] == c+2 { // '}' or ']'
@@ -94,7 +94,7 @@ func CheckValue(d []byte, i, depth int) (end int, compact bool) {
 			if len(stack) == 0 {
 				return i, !spaced
 			}
-			if j := SkipSpace(d, i); j != i {
+			if j := SkipJSONSpace(d, i); j != i {
 				i, spaced = j, true
 			}
 			if i >= len(d) {
@@ -110,7 +110,7 @@ func CheckValue(d []byte, i, depth int) (end int, compact bool) {
 				return -1, false
 			}
 			i++
-			if j := SkipSpace(d, i); j != i {
+			if j := SkipJSONSpace(d, i); j != i {
 				i, spaced = j, true
 			}
 			if open == '{' {
@@ -123,18 +123,18 @@ func CheckValue(d []byte, i, depth int) (end int, compact bool) {
 	}
 }
 
-// Members walks the object that starts at d[i], inside depth objects and
-// arrays, checking its JSON as CheckValue does, and returns the index
+// JSONMembers walks the object that starts at d[i], inside depth objects and
+// arrays, checking its JSON as CheckJSONValue does, and returns the index
 // after it. fn gets each key and the index where its value starts; it
-// checks and reads the value (with CheckValue at depth+1, or Members or
-// Elements at depth+1) and returns the index after it, or -1 to stop the
+// checks and reads the value (with CheckJSONValue at depth+1, or JSONMembers or
+// JSONElements at depth+1) and returns the index after it, or -1 to stop the
 // walk: then ok is false, as when the JSON is not valid or a key has an
 // escape (it may spell a known name).
-func Members(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
+func JSONMembers(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
 	if i >= len(d) || d[i] != '{' || depth >= maxDepth {
 		return 0, false
 	}
-	i = SkipSpace(d, i+1)
+	i = SkipJSONSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
 		return i + 1, true
 	}
@@ -150,14 +150,14 @@ func Members(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, 
 		if bytes.IndexByte(key, '\\') >= 0 {
 			return 0, false
 		}
-		i = SkipSpace(d, ke)
+		i = SkipJSONSpace(d, ke)
 		if i >= len(d) || d[i] != ':' {
 			return 0, false
 		}
-		if i = fn(key, SkipSpace(d, i+1)); i < 0 {
+		if i = fn(key, SkipJSONSpace(d, i+1)); i < 0 {
 			return 0, false
 		}
-		i = SkipSpace(d, i)
+		i = SkipJSONSpace(d, i)
 		switch {
 		case i >= len(d):
 			return 0, false
@@ -166,17 +166,17 @@ func Members(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, 
 		case d[i] != ',':
 			return 0, false
 		}
-		i = SkipSpace(d, i+1)
+		i = SkipJSONSpace(d, i+1)
 	}
 }
 
-// Elements walks the array that starts at d[i] as Members walks an
+// JSONElements walks the array that starts at d[i] as JSONMembers walks an
 // object: fn gets the index where each element starts.
-func Elements(d []byte, i, depth int, fn func(at int) int) (end int, ok bool) {
+func JSONElements(d []byte, i, depth int, fn func(at int) int) (end int, ok bool) {
 	if i >= len(d) || d[i] != '[' || depth >= maxDepth {
 		return 0, false
 	}
-	i = SkipSpace(d, i+1)
+	i = SkipJSONSpace(d, i+1)
 	if i < len(d) && d[i] == ']' {
 		return i + 1, true
 	}
@@ -184,7 +184,7 @@ func Elements(d []byte, i, depth int, fn func(at int) int) (end int, ok bool) {
 		if i = fn(i); i < 0 {
 			return 0, false
 		}
-		i = SkipSpace(d, i)
+		i = SkipJSONSpace(d, i)
 		switch {
 		case i >= len(d):
 			return 0, false
@@ -193,7 +193,7 @@ func Elements(d []byte, i, depth int, fn func(at int) int) (end int, ok bool) {
 		case d[i] != ',':
 			return 0, false
 		}
-		i = SkipSpace(d, i+1)
+		i = SkipJSONSpace(d, i+1)
 	}
 }
 
@@ -206,14 +206,14 @@ func memberValue(d []byte, i int, spaced *bool) int {
 	if i = endValidString(d, i); i < 0 {
 		return -1
 	}
-	if j := SkipSpace(d, i); j != i {
+	if j := SkipJSONSpace(d, i); j != i {
 		i, *spaced = j, true
 	}
 	if i >= len(d) || d[i] != ':' {
 		return -1
 	}
 	i++
-	if j := SkipSpace(d, i); j != i {
+	if j := SkipJSONSpace(d, i); j != i {
 		i, *spaced = j, true
 	}
 	return i
@@ -249,7 +249,7 @@ func endValidString(d []byte, i int) int {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+5 >= len(d) || !hex(d[i+2]) || !hex(d[i+3]) || !hex(d[i+4]) || !hex(d[i+5]) {
+				if i+5 >= len(d) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
 					return -1
 				}
 				i += 6
@@ -263,7 +263,7 @@ func endValidString(d []byte, i int) int {
 	return -1
 }
 
-func hex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
 func literal(d []byte, i int, lit string) int {
 	if len(d)-i < len(lit) || string(d[i:i+len(lit)]) != lit {
@@ -315,9 +315,9 @@ func digits(d []byte, i int) int {
 	return i
 }
 
-// SkipSpace returns the index of the first byte at or after i that is not
+// SkipJSONSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
-func SkipSpace(d []byte, i int) int {
+func SkipJSONSpace(d []byte, i int) int {
 	for i < len(d) {
 		switch d[i] {
 		case ' ', '\t', '\n', '\r':
@@ -331,7 +331,7 @@ func SkipSpace(d []byte, i int) int {
 
 // String decodes a string value as encoding/json does (escapes, invalid
 // UTF-8 as U+FFFD); ok is false when val is not a string.
-func String(val []byte) (s string, ok bool) {
+func JSONString(val []byte) (s string, ok bool) {
 	if val[0] != '"' {
 		return "", false
 	}
@@ -342,20 +342,20 @@ func String(val []byte) (s string, ok bool) {
 	return s, json.Unmarshal(val, &s) == nil
 }
 
-// StringLike is String that returns prev, without allocating, when val
+// JSONStringLike is String that returns prev, without allocating, when val
 // decodes to it: the client and mutator names of a push mostly repeat.
-func StringLike(val []byte, prev string) (s string, ok bool) {
+func JSONStringLike(val []byte, prev string) (s string, ok bool) {
 	if len(val) >= 2 && val[0] == '"' && string(val[1:len(val)-1]) == prev && bytes.IndexByte(val, '\\') < 0 && utf8.ValidString(prev) {
 		return prev, true
 	}
-	return String(val)
+	return JSONString(val)
 }
 
 // Uint decodes a number into an unsigned integer of bitSize bits as
 // encoding/json does; ok is false for anything encoding/json refuses or
 // decodes differently: a sign, a fraction, an exponent, an overflow,
 // another type.
-func Uint(val []byte, bitSize int) (n uint64, ok bool) {
+func JSONUint(val []byte, bitSize int) (n uint64, ok bool) {
 	if !isDigit(val[0]) {
 		return 0, false
 	}
@@ -365,7 +365,7 @@ func Uint(val []byte, bitSize int) (n uint64, ok bool) {
 
 // Int decodes a number into a signed integer of bitSize bits as
 // encoding/json does; ok is false as for Uint.
-func Int(val []byte, bitSize int) (n int64, ok bool) {
+func JSONInt(val []byte, bitSize int) (n int64, ok bool) {
 	if val[0] != '-' && !isDigit(val[0]) {
 		return 0, false
 	}
@@ -375,12 +375,12 @@ func Int(val []byte, bitSize int) (n int64, ok bool) {
 
 const hexDigits = "0123456789abcdef"
 
-// AppendString appends s as a JSON string the way encoding/json writes
+// AppendJSONString appends s as a JSON string the way encoding/json writes
 // it, with or without HTML escaping (json.Marshal escapes <, > and & as
 // \u003c, \u003e and \u0026; an Encoder may not). Like encoding/json it
 // escapes U+2028 and U+2029 either way and writes invalid UTF-8 as
 // U+FFFD.
-func AppendString(b []byte, s string, escapeHTML bool) []byte {
+func AppendJSONString(b []byte, s string, escapeHTML bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -1,4 +1,4 @@
-package jsonfast
+package schemas
 
 import (
 	"bytes"
@@ -20,9 +20,9 @@ func FuzzCheck(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, d []byte) {
-		valid, compact := Check(d)
+		valid, compact := CheckJSON(d)
 		if valid != json.Valid(d) {
-			t.Fatalf("Check(%q) valid = %v, json.Valid says %v", d, valid, !valid)
+			t.Fatalf("CheckJSON(%q) valid = %v, json.Valid says %v", d, valid, !valid)
 		}
 		if !valid {
 			return
@@ -32,45 +32,45 @@ func FuzzCheck(f *testing.F) {
 			t.Fatal(err)
 		}
 		if compact != bytes.Equal(c.Bytes(), d) {
-			t.Fatalf("Check(%q) compact = %v, json.Compact gives %q", d, compact, c.Bytes())
+			t.Fatalf("CheckJSON(%q) compact = %v, json.Compact gives %q", d, compact, c.Bytes())
 		}
 		// Scalars read as encoding/json reads them.
-		i := SkipSpace(d, 0)
+		i := SkipJSONSpace(d, 0)
 		val := d[i:]
-		if e, _ := CheckValue(d, i, 0); e >= 0 {
+		if e, _ := CheckJSONValue(d, i, 0); e >= 0 {
 			val = d[i:e]
 		}
 		switch d[i] {
 		case '"':
-			s, ok := String(val)
+			s, ok := JSONString(val)
 			var want string
 			if err := json.Unmarshal(d, &want); !ok || err != nil || s != want {
-				t.Fatalf("String(%q) = %q, %v; encoding/json: %q, %v", d, s, ok, want, err)
+				t.Fatalf("JSONString(%q) = %q, %v; encoding/json: %q, %v", d, s, ok, want, err)
 			}
 			for _, prev := range []string{"", want, string(val[1 : len(val)-1])} {
-				if s, ok := StringLike(val, prev); !ok || s != want {
-					t.Fatalf("StringLike(%q, %q) = %q, %v; encoding/json: %q", d, prev, s, ok, want)
+				if s, ok := JSONStringLike(val, prev); !ok || s != want {
+					t.Fatalf("JSONStringLike(%q, %q) = %q, %v; encoding/json: %q", d, prev, s, ok, want)
 				}
 			}
 		case '{', '[':
 		default:
-			if n, ok := Uint(val, 64); ok {
+			if n, ok := JSONUint(val, 64); ok {
 				var want uint64
 				if err := json.Unmarshal(d, &want); err != nil || want != n {
-					t.Fatalf("Uint(%q) = %d; encoding/json: %d, %v", d, n, want, err)
+					t.Fatalf("JSONUint(%q) = %d; encoding/json: %d, %v", d, n, want, err)
 				}
 			}
-			if n, ok := Int(val, 32); ok {
+			if n, ok := JSONInt(val, 32); ok {
 				var want int32
 				if err := json.Unmarshal(d, &want); err != nil || int64(want) != n {
-					t.Fatalf("Int(%q) = %d; encoding/json: %d, %v", d, n, want, err)
+					t.Fatalf("JSONInt(%q) = %d; encoding/json: %d, %v", d, n, want, err)
 				}
 			}
 		}
 	})
 }
 
-// walk checks the value at d[at] with Members and Elements all the way
+// walk checks the value at d[at] with JSONMembers and JSONElements all the way
 // down, as the decoders built on them do, and returns the index after it,
 // or -1.
 func walk(d []byte, at, depth int, elements *[][]byte) int {
@@ -79,13 +79,13 @@ func walk(d []byte, at, depth int, elements *[][]byte) int {
 	}
 	switch d[at] {
 	case '{':
-		end, ok := Members(d, at, depth, func(_ []byte, at int) int { return walk(d, at, depth+1, nil) })
+		end, ok := JSONMembers(d, at, depth, func(_ []byte, at int) int { return walk(d, at, depth+1, nil) })
 		if !ok {
 			return -1
 		}
 		return end
 	case '[':
-		end, ok := Elements(d, at, depth, func(at int) int {
+		end, ok := JSONElements(d, at, depth, func(at int) int {
 			end := walk(d, at, depth+1, nil)
 			if elements != nil && end >= 0 {
 				*elements = append(*elements, d[at:end])
@@ -97,11 +97,11 @@ func walk(d []byte, at, depth int, elements *[][]byte) int {
 		}
 		return end
 	}
-	end, _ := CheckValue(d, at, depth)
+	end, _ := CheckJSONValue(d, at, depth)
 	return end
 }
 
-// FuzzWalk checks that Members and Elements accept exactly what
+// FuzzWalk checks that JSONMembers and JSONElements accept exactly what
 // json.Valid accepts (but keys with escapes, which they refuse) and find
 // the elements encoding/json finds.
 func FuzzWalk(f *testing.F) {
@@ -110,13 +110,13 @@ func FuzzWalk(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, d []byte) {
 		var elements [][]byte
-		end := walk(d, SkipSpace(d, 0), 0, &elements)
-		walked := end >= 0 && SkipSpace(d, end) == len(d)
+		end := walk(d, SkipJSONSpace(d, 0), 0, &elements)
+		walked := end >= 0 && SkipJSONSpace(d, end) == len(d)
 		valid := json.Valid(d)
 		if walked && !valid || !walked && valid && !bytes.Contains(d, []byte{'\\'}) {
 			t.Fatalf("the walk of %q is %v, json.Valid says %v", d, walked, valid)
 		}
-		if !walked || d[SkipSpace(d, 0)] != '[' {
+		if !walked || d[SkipJSONSpace(d, 0)] != '[' {
 			return
 		}
 		var want []json.RawMessage
@@ -160,7 +160,7 @@ func TestCheckDepth(t *testing.T) {
 }
 
 func valid(d []byte) bool {
-	ok, _ := Check(d)
+	ok, _ := CheckJSON(d)
 	return ok
 }
 
@@ -178,7 +178,7 @@ func BenchmarkCheck(b *testing.B) {
 	b.Run("Check", func(b *testing.B) {
 		b.SetBytes(int64(len(d)))
 		for b.Loop() {
-			Check(d)
+			CheckJSON(d)
 		}
 	})
 	b.Run("json.Valid", func(b *testing.B) {
@@ -189,22 +189,22 @@ func BenchmarkCheck(b *testing.B) {
 	})
 }
 
-// FuzzAppendString compares AppendString with encoding/json.
+// FuzzAppendString compares AppendJSONString with encoding/json.
 func FuzzAppendString(f *testing.F) {
 	for _, s := range []string{"", "abc", "a\"b\\c", "<a&b>", "\x00\x1f\x7f", "é\u2028\u2029", "\xff\xfe", "tab\tnl\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		want, _ := json.Marshal(s)
-		if got := AppendString([]byte("x"), s, true); string(got) != "x"+string(want) {
-			t.Fatalf("AppendString(%q, true) = %s, json.Marshal: %s", s, got[1:], want)
+		if got := AppendJSONString([]byte("x"), s, true); string(got) != "x"+string(want) {
+			t.Fatalf("AppendJSONString(%q, true) = %s, json.Marshal: %s", s, got[1:], want)
 		}
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
 		_ = enc.Encode(s)
-		if got := AppendString(nil, s, false); string(got)+"\n" != buf.String() {
-			t.Fatalf("AppendString(%q, false) = %s, an Encoder without HTML escaping: %s", s, got, buf.Bytes())
+		if got := AppendJSONString(nil, s, false); string(got)+"\n" != buf.String() {
+			t.Fatalf("AppendJSONString(%q, false) = %s, an Encoder without HTML escaping: %s", s, got, buf.Bytes())
 		}
 	})
 }
