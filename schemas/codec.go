@@ -427,9 +427,3 @@ func (l Limits) orDefaults() Limits {
 	set(&l.MaxChunkBytes, d.MaxChunkBytes)
 	return l
 }
-
-// jsonValid is json.Valid, several times faster.
-func jsonValid(d []byte) bool {
-	valid, _ := CheckJSON(d)
-	return valid
-}
