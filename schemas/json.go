@@ -137,6 +137,17 @@ func CheckJSONValue(d []byte, i, depth int) (end int, compact bool) {
 // walk: then ok is false, as when the JSON is not valid or a key has an
 // escape (it may spell a known name).
 func JSONMembers(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
+	return objectMembers(d, i, depth, false, fn)
+}
+
+// JSONMembersUnescaped is JSONMembers for a reader that takes keys with
+// escapes: fn gets such a key decoded (a rare case, which allocates).
+// Bytes of invalid UTF-8 in a key are passed as they are.
+func JSONMembersUnescaped(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
+	return objectMembers(d, i, depth, true, fn)
+}
+
+func objectMembers(d []byte, i, depth int, unescape bool, fn func(key []byte, at int) int) (end int, ok bool) {
 	if i >= len(d) || d[i] != '{' || depth >= maxDepth {
 		return 0, false
 	}
@@ -154,7 +165,11 @@ func JSONMembers(d []byte, i, depth int, fn func(key []byte, at int) int) (end i
 		}
 		key := d[i+1 : ke-1]
 		if bytes.IndexByte(key, '\\') >= 0 {
-			return 0, false
+			if !unescape {
+				return 0, false
+			}
+			s, _ := JSONString(d[i:ke]) // a valid string
+			key = []byte(s)
 		}
 		i = SkipJSONSpace(d, ke)
 		if i >= len(d) || d[i] != ':' {
@@ -337,7 +352,7 @@ func SkipJSONSpace(d []byte, i int) int {
 
 // String decodes a string value as encoding/json does (escapes, invalid
 // UTF-8 as U+FFFD); ok is false when val is not a string.
-func JSONString(val []byte) (s string, ok bool) {
+func JSONString(val []byte) (string, bool) {
 	if val[0] != '"' {
 		return "", false
 	}
@@ -345,7 +360,9 @@ func JSONString(val []byte) (s string, ok bool) {
 	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw), true
 	}
-	return s, json.Unmarshal(val, &s) == nil
+	var s string // on the heap, for json.Unmarshal: only on this path
+	err := json.Unmarshal(val, &s)
+	return s, err == nil
 }
 
 // JSONStringLike is String that returns prev, without allocating, when val
