@@ -1,21 +1,31 @@
 // This file is Canon's one byte-level JSON toolkit: it checks, reads and
-// writes JSON without reflection, for the hot paths (the producer's
-// decoding of pushes, the Go client's codecs, the record codecs of this
-// package and the websocket's version messages). CheckJSON accepts
-// exactly what json.Valid accepts, and the walkers JSONMembers and
-// JSONElements check the JSON the same way as they go, so that a body is
-// read in one pass. Code built on it handles the common case itself and
-// leaves everything else, errors included, to encoding/json, which keeps
-// its results and error messages those of encoding/json. It lives in
-// schemas, which imports nothing of Canon's, so that every package can
-// use it.
+// writes JSON without reflection. CheckJSON accepts exactly what
+// json.Valid accepts, and the walkers (JSONMembers, JSONMembersUnescaped,
+// JSONMemberSpans, JSONElements) check the JSON the same way as they go,
+// so that a body is read in one pass. Its users:
+//
+//   - this package's record decoders (parse.go), which bind members by
+//     name as they walk, and its mutation encoder (encode.go);
+//   - the wire codecs: the producer's push decoding and answers, the Go
+//     client's codecs, the websocket's version messages; they handle the
+//     common case with it and leave everything else, errors included, to
+//     encoding/json, so that results and messages stay encoding/json's;
+//   - model, for canonical text (RFC 8785): its form check, merge patch,
+//     splice and mutator args walk with JSONMemberSpans, which hands out
+//     names as written;
+//   - store, which writes the scalar names of its version records.
+//
+// It was measured against go-json-experiment/json/jsontext: that takes
+// about twice as long to check and walk records and pushes, and quotes
+// strings otherwise than encoding/json. It lives in schemas, which
+// imports nothing of Canon's, so that every package can use it.
 
 package schemas
 
 import (
 	"bytes"
-	"encoding/json"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -137,17 +147,34 @@ func CheckJSONValue(d []byte, i, depth int) (end int, compact bool) {
 // walk: then ok is false, as when the JSON is not valid or a key has an
 // escape (it may spell a known name).
 func JSONMembers(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
-	return objectMembers(d, i, depth, false, fn)
+	return JSONMemberSpans(d, i, depth, func(ks, ke, at int) int {
+		key := d[ks+1 : ke-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return -1
+		}
+		return fn(key, at)
+	})
 }
 
 // JSONMembersUnescaped is JSONMembers for a reader that takes keys with
 // escapes: fn gets such a key decoded (a rare case, which allocates).
-// Bytes of invalid UTF-8 in a key are passed as they are.
 func JSONMembersUnescaped(d []byte, i, depth int, fn func(key []byte, at int) int) (end int, ok bool) {
-	return objectMembers(d, i, depth, true, fn)
+	return JSONMemberSpans(d, i, depth, func(ks, ke, at int) int {
+		key := d[ks+1 : ke-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			s, _ := JSONString(d[ks:ke])
+			key = []byte(s)
+		}
+		return fn(key, at)
+	})
 }
 
-func objectMembers(d []byte, i, depth int, unescape bool, fn func(key []byte, at int) int) (end int, ok bool) {
+// JSONMemberSpans is JSONMembers for a reader of text that spells each
+// name one way (canonical JSON), where names compare and copy as bytes,
+// or that checks where the walk skipped whitespace: fn gets each key as
+// written, d[ks:ke] with its quotes and escapes, and the index where its
+// value starts.
+func JSONMemberSpans(d []byte, i, depth int, fn func(ks, ke, at int) int) (end int, ok bool) {
 	if i >= len(d) || d[i] != '{' || depth >= maxDepth {
 		return 0, false
 	}
@@ -159,23 +186,15 @@ func objectMembers(d []byte, i, depth int, unescape bool, fn func(key []byte, at
 		if i >= len(d) || d[i] != '"' {
 			return 0, false
 		}
-		ke := endValidString(d, i)
+		ks, ke := i, endValidString(d, i)
 		if ke < 0 {
 			return 0, false
-		}
-		key := d[i+1 : ke-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			if !unescape {
-				return 0, false
-			}
-			s, _ := JSONString(d[i:ke]) // a valid string
-			key = []byte(s)
 		}
 		i = SkipJSONSpace(d, ke)
 		if i >= len(d) || d[i] != ':' {
 			return 0, false
 		}
-		if i = fn(key, SkipJSONSpace(d, i+1)); i < 0 {
+		if i = fn(ks, ke, SkipJSONSpace(d, i+1)); i < 0 {
 			return 0, false
 		}
 		i = SkipJSONSpace(d, i)
@@ -350,9 +369,10 @@ func SkipJSONSpace(d []byte, i int) int {
 	return i
 }
 
-// String decodes a string value as encoding/json does (escapes, invalid
-// UTF-8 as U+FFFD); ok is false when val is not a string.
-func JSONString(val []byte) (string, bool) {
+// JSONString decodes a string value as encoding/json does (escapes,
+// invalid UTF-8 and lone surrogates as U+FFFD); ok is false when val is
+// not a string. val is valid JSON.
+func JSONString(val []byte) (s string, ok bool) {
 	if val[0] != '"' {
 		return "", false
 	}
@@ -360,9 +380,79 @@ func JSONString(val []byte) (string, bool) {
 	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw), true
 	}
-	var s string // on the heap, for json.Unmarshal: only on this path
-	err := json.Unmarshal(val, &s)
-	return s, err == nil
+	return string(appendUnquoted(make([]byte, 0, len(raw)), raw)), true
+}
+
+// appendUnquoted appends the content s of a valid JSON string, decoded.
+func appendUnquoted(b, s []byte) []byte {
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '\\':
+			switch e := s[i+1]; e {
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				r := hex4(s[i+2:])
+				i += 6
+				if utf16.IsSurrogate(r) { // half of a pair \uD8xx\uDCxx, or alone
+					lo := rune(-1)
+					if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+						lo = hex4(s[i+2:])
+					}
+					if r = utf16.DecodeRune(r, lo); r != utf8.RuneError {
+						i += 6
+					}
+				}
+				b = utf8.AppendRune(b, r)
+				continue
+			default: // " \ /
+				b = append(b, e)
+			}
+			i += 2
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, n := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				b = append(b, "\uFFFD"...)
+			} else {
+				b = append(b, s[i:i+n]...)
+			}
+			i += n
+		}
+	}
+	return b
+}
+
+// hex4 reads the four hex digits at the start of s, or returns -1.
+func hex4(s []byte) rune {
+	if len(s) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // JSONStringLike is String that returns prev, without allocating, when val
