@@ -347,13 +347,97 @@ func (s *stringsMember) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-// parse reads the present array member name of the object at a.
-func (s *stringsMember) parse(a at, name string) ([]string, error) {
-	if err := wantArray(s.raw, a, name); err != nil {
-		return nil, err
+// parse reads the array member name, if present.
+func (s *stringsMember) parse(c *conv, name string) []string {
+	if c.err != nil || s.raw == nil {
+		return nil
+	}
+	if c.err = wantArray(s.raw, c.a, name); c.err != nil {
+		return nil
 	}
 	if s.bad != nil {
-		return nil, a.errorf(name+"["+strconv.Itoa(s.badAt)+"]", "must be a string, got %s", got(s.bad))
+		c.err = c.a.errorf(name+"["+strconv.Itoa(s.badAt)+"]", "must be a string, got %s", got(s.bad))
+		return nil
 	}
-	return s.vals, nil
+	return s.vals
+}
+
+// conv converts the bound members of the object at a in declaration
+// order and keeps the first error: once there is one, the conversions
+// that follow do nothing (the record is refused).
+type conv struct {
+	a   at
+	err error
+}
+
+func (c *conv) str(raw []byte, name string, required bool) string {
+	if c.err != nil {
+		return ""
+	}
+	s, err := str(raw, c.a, name, required)
+	c.err = err
+	return s
+}
+
+func (c *conv) uint(raw []byte, name string, lo uint64, required bool) uint64 {
+	if c.err != nil {
+		return 0
+	}
+	n, err := uintField(raw, c.a, name, lo, required)
+	c.err = err
+	return n
+}
+
+func (c *conv) int(raw []byte, name string, lo, hi int64, required bool) int64 {
+	if c.err != nil {
+		return 0
+	}
+	n, err := intField(raw, c.a, name, lo, hi, required)
+	c.err = err
+	return n
+}
+
+// args reads the required args member; missing says what to send.
+func (c *conv) args(v jsonValue, missing string) json.RawMessage {
+	switch {
+	case c.err != nil:
+		return nil
+	case v.raw == nil:
+		c.err = c.a.errorf("args", "is required but missing: %s", missing)
+		return nil
+	}
+	return v.copy()
+}
+
+// object starts the conversion of the object member name, bound to raw
+// with the members of b. ok is false when there is nothing to convert:
+// an error before, raw absent, or raw not an object (an error).
+func (c *conv) object(raw []byte, name string, b *bound) (_ conv, ok bool) {
+	if c.err != nil || raw == nil {
+		return conv{}, false
+	}
+	if c.err = wantObject(raw, c.a, name); c.err != nil {
+		return conv{}, false
+	}
+	a := c.a.child(name)
+	return conv{a: a, err: b.dupErr(a)}, true
+}
+
+// collection checks the required member name, an object or an array
+// (open) that the walk converted with the first error err; ok is false
+// on an error.
+func (c *conv) collection(raw []byte, name string, open byte, err error) (ok bool) {
+	switch {
+	case c.err != nil:
+	case raw == nil:
+		c.err = c.a.missing(name)
+	case open == '{':
+		c.err = wantObject(raw, c.a, name)
+	default:
+		c.err = wantArray(raw, c.a, name)
+	}
+	if c.err == nil {
+		c.err = err
+	}
+	return c.err == nil
 }

@@ -64,49 +64,21 @@ func (m *mutationMembers) walk(d []byte, at, depth int) (int, bool) {
 }
 
 func parseMutation(v *mutationMembers, a at, m *Mutation) error {
-	if err := v.dupErr(a); err != nil {
-		return err
-	}
-	var err error
-	if m.Org, err = str(v.org, a, "org", true); err != nil {
-		return err
-	}
-	if m.Project, err = str(v.project, a, "project", true); err != nil {
-		return err
-	}
-	if m.Branch, err = str(v.branch, a, "branch", true); err != nil {
-		return err
-	}
-	if m.ClientGroup, err = str(v.clientGroup, a, "clientGroup", true); err != nil {
-		return err
-	}
-	if m.Client, err = str(v.client, a, "client", true); err != nil {
-		return err
-	}
-	if m.ID, err = uintField(v.id, a, "id", 1, true); err != nil {
-		return err
-	}
-	if m.Name, err = str(v.name, a, "name", true); err != nil {
-		return err
-	}
-	if v.args.raw == nil {
-		return a.errorf("args", "is required but missing: send the mutator's arguments, or null for none")
-	}
-	m.Args = v.args.copy()
-	if m.TS, err = intField(v.ts, a, "ts", 0, math.MaxInt64, false); err != nil {
-		return err
-	}
-	if m.Principal, err = str(v.principal, a, "principal", false); err != nil {
-		return err
-	}
-	if m.ReceivedAt, err = intField(v.receivedAt, a, "receivedAt", 0, math.MaxInt64, false); err != nil {
-		return err
-	}
-	if m.Job, err = parseJob(&v.job, a); err != nil {
-		return err
-	}
-	m.Origin, err = parseOrigin(&v.origin, a)
-	return err
+	c := conv{a: a, err: v.dupErr(a)}
+	m.Org = c.str(v.org, "org", true)
+	m.Project = c.str(v.project, "project", true)
+	m.Branch = c.str(v.branch, "branch", true)
+	m.ClientGroup = c.str(v.clientGroup, "clientGroup", true)
+	m.Client = c.str(v.client, "client", true)
+	m.ID = c.uint(v.id, "id", 1, true)
+	m.Name = c.str(v.name, "name", true)
+	m.Args = c.args(v.args, "send the mutator's arguments, or null for none")
+	m.TS = c.int(v.ts, "ts", 0, math.MaxInt64, false)
+	m.Principal = c.str(v.principal, "principal", false)
+	m.ReceivedAt = c.int(v.receivedAt, "receivedAt", 0, math.MaxInt64, false)
+	m.Job = parseJob(&c, &v.job)
+	m.Origin = parseOrigin(&c, &v.origin)
+	return c.err
 }
 
 type jobMembers struct {
@@ -131,29 +103,18 @@ func (j *jobMembers) walk(d []byte, at, depth int) (int, bool) {
 }
 
 // parseJob reads the optional job member of a mutation or outcome.
-func parseJob(v *jobMembers, parent at) (*Job, error) {
-	if v.raw == nil {
-		return nil, nil
+func parseJob(c *conv, v *jobMembers) *Job {
+	jc, ok := c.object(v.raw, "job", &v.bound)
+	if !ok {
+		return nil
 	}
-	if err := wantObject(v.raw, parent, "job"); err != nil {
-		return nil, err
+	j := &Job{
+		Kind:      jc.str(v.kind, "kind", true),
+		Principal: jc.str(v.principal, "principal", false),
+		At:        jc.int(v.at, "at", 0, math.MaxInt64, true),
 	}
-	a := parent.child("job")
-	if err := v.dupErr(a); err != nil {
-		return nil, err
-	}
-	j := &Job{}
-	var err error
-	if j.Kind, err = str(v.kind, a, "kind", true); err != nil {
-		return nil, err
-	}
-	if j.Principal, err = str(v.principal, a, "principal", false); err != nil {
-		return nil, err
-	}
-	if j.At, err = intField(v.at, a, "at", 0, math.MaxInt64, true); err != nil {
-		return nil, err
-	}
-	return j, nil
+	c.err = jc.err
+	return j
 }
 
 type originMembers struct {
@@ -182,35 +143,20 @@ func (o *originMembers) walk(d []byte, at, depth int) (int, bool) {
 }
 
 // parseOrigin reads the optional origin member of a mutation or outcome.
-func parseOrigin(v *originMembers, parent at) (*Origin, error) {
-	if v.raw == nil {
-		return nil, nil
+func parseOrigin(c *conv, v *originMembers) *Origin {
+	oc, ok := c.object(v.raw, "origin", &v.bound)
+	if !ok {
+		return nil
 	}
-	if err := wantObject(v.raw, parent, "origin"); err != nil {
-		return nil, err
+	o := &Origin{
+		Project: oc.str(v.project, "project", false),
+		Branch:  oc.str(v.branch, "branch", true),
+		Version: oc.uint(v.version, "version", 0, true),
+		Client:  oc.str(v.client, "client", true),
+		ID:      oc.uint(v.id, "id", 1, true),
 	}
-	a := parent.child("origin")
-	if err := v.dupErr(a); err != nil {
-		return nil, err
-	}
-	o := &Origin{}
-	var err error
-	if o.Project, err = str(v.project, a, "project", false); err != nil {
-		return nil, err
-	}
-	if o.Branch, err = str(v.branch, a, "branch", true); err != nil {
-		return nil, err
-	}
-	if o.Version, err = uintField(v.version, a, "version", 0, true); err != nil {
-		return nil, err
-	}
-	if o.Client, err = str(v.client, a, "client", true); err != nil {
-		return nil, err
-	}
-	if o.ID, err = uintField(v.id, a, "id", 1, true); err != nil {
-		return nil, err
-	}
-	return o, nil
+	c.err = oc.err
+	return o
 }
 
 type versionMembers struct {
@@ -265,63 +211,35 @@ func (v *versionMembers) walk(d []byte, at, depth int) (int, bool) {
 }
 
 func parseVersion(v *versionMembers, ver *Version) error {
-	a := top
-	if err := v.dupErr(a); err != nil {
-		return err
+	c := conv{a: top, err: v.dupErr(top)}
+	ver.Org = c.str(v.org, "org", true)
+	ver.Project = c.str(v.project, "project", true)
+	ver.Branch = c.str(v.branch, "branch", true)
+	ver.Version = c.uint(v.version, "version", 1, true)
+	ver.Parent = c.uint(v.parent, "parent", 0, true)
+	if bc, ok := c.object(v.base.raw, "base", &v.base.bound); ok {
+		ver.Base = &BranchRef{Branch: bc.str(v.base.branch, "branch", true), Version: bc.uint(v.base.version, "version", 1, true)}
+		c.err = bc.err
 	}
-	var err error
-	if ver.Org, err = str(v.org, a, "org", true); err != nil {
-		return err
+	ver.TS = c.int(v.ts, "ts", 0, math.MaxInt64, true)
+	ver.Scalars = v.scalars.parse(&c)
+	ver.Items = v.items.parse(&c)
+	ver.Mutations = v.mutations.parse(&c)
+	ver.LastIDs = v.lastIDs.parse(&c)
+	ver.StateHash = c.str(v.stateHash, "stateHash", true)
+	if c.err == nil && v.source.raw == nil {
+		c.err = top.missing("source")
 	}
-	if ver.Project, err = str(v.project, a, "project", true); err != nil {
-		return err
-	}
-	if ver.Branch, err = str(v.branch, a, "branch", true); err != nil {
-		return err
-	}
-	if ver.Version, err = uintField(v.version, a, "version", 1, true); err != nil {
-		return err
-	}
-	if ver.Parent, err = uintField(v.parent, a, "parent", 0, true); err != nil {
-		return err
-	}
-	if v.base.raw != nil {
-		if err := wantObject(v.base.raw, a, "base"); err != nil {
-			return err
+	sc, ok := c.object(v.source.raw, "source", &v.source.bound)
+	ver.DecidedAt = c.int(v.decidedAt, "decidedAt", 0, math.MaxInt64, false)
+	if ok && c.err == nil {
+		ver.Source = SourceRef{
+			Partition: int32(sc.int(v.source.partition, "partition", 0, math.MaxInt32, true)),
+			Offset:    sc.int(v.source.offset, "offset", 0, math.MaxInt64, true),
 		}
-		ver.Base = new(BranchRef)
-		if err := parseBranchRef(&v.base, ver.Base); err != nil {
-			return err
-		}
+		c.err = sc.err
 	}
-	if ver.TS, err = intField(v.ts, a, "ts", 0, math.MaxInt64, true); err != nil {
-		return err
-	}
-	if ver.Scalars, err = v.scalars.parse(); err != nil {
-		return err
-	}
-	if ver.Items, err = v.items.parse(); err != nil {
-		return err
-	}
-	if ver.Mutations, err = v.mutations.parse(); err != nil {
-		return err
-	}
-	if ver.LastIDs, err = v.lastIDs.parse(); err != nil {
-		return err
-	}
-	if ver.StateHash, err = str(v.stateHash, a, "stateHash", true); err != nil {
-		return err
-	}
-	if v.source.raw == nil {
-		return a.missing("source")
-	}
-	if err := wantObject(v.source.raw, a, "source"); err != nil {
-		return err
-	}
-	if ver.DecidedAt, err = intField(v.decidedAt, a, "decidedAt", 0, math.MaxInt64, false); err != nil {
-		return err
-	}
-	return parseSourceRef(&v.source, &ver.Source)
+	return c.err
 }
 
 type branchRefMembers struct {
@@ -343,19 +261,6 @@ func (b *branchRefMembers) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-func parseBranchRef(v *branchRefMembers, b *BranchRef) error {
-	a := nested("base")
-	if err := v.dupErr(a); err != nil {
-		return err
-	}
-	var err error
-	if b.Branch, err = str(v.branch, a, "branch", true); err != nil {
-		return err
-	}
-	b.Version, err = uintField(v.version, a, "version", 1, true)
-	return err
-}
-
 type sourceRefMembers struct {
 	raw []byte
 	bound
@@ -373,20 +278,6 @@ func (s *sourceRefMembers) walk(d []byte, at, depth int) (int, bool) {
 		}
 		return skip(d, at, vd)
 	})
-}
-
-func parseSourceRef(v *sourceRefMembers, s *SourceRef) error {
-	a := nested("source")
-	if err := v.dupErr(a); err != nil {
-		return err
-	}
-	p, err := intField(v.partition, a, "partition", 0, math.MaxInt32, true)
-	if err != nil {
-		return err
-	}
-	s.Partition = int32(p)
-	s.Offset, err = intField(v.offset, a, "offset", 0, math.MaxInt64, true)
-	return err
 }
 
 // scalarsMember reads the scalars as the walk goes; err is the first
@@ -413,14 +304,11 @@ func (s *scalarsMember) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-func (s *scalarsMember) parse() (map[string]json.RawMessage, error) {
-	if s.raw == nil {
-		return nil, top.missing("scalars")
+func (s *scalarsMember) parse(c *conv) map[string]json.RawMessage {
+	if c.collection(s.raw, "scalars", '{', s.err) {
+		return s.vals
 	}
-	if err := wantObject(s.raw, top, "scalars"); err != nil {
-		return nil, err
-	}
-	return s.vals, s.err
+	return nil
 }
 
 // lastIDsMember reads the last ids as scalarsMember reads the scalars.
@@ -449,14 +337,11 @@ func (l *lastIDsMember) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-func (l *lastIDsMember) parse() (map[string]uint64, error) {
-	if l.raw == nil {
-		return nil, top.missing("lastIds")
+func (l *lastIDsMember) parse(c *conv) map[string]uint64 {
+	if c.collection(l.raw, "lastIds", '{', l.err) {
+		return l.ids
 	}
-	if err := wantObject(l.raw, top, "lastIds"); err != nil {
-		return nil, err
-	}
-	return l.ids, l.err
+	return nil
 }
 
 // itemsMember reads the item changes as the walk goes: each is parsed
@@ -496,14 +381,11 @@ func (s *itemsMember) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-func (s *itemsMember) parse() ([]ItemChange, error) {
-	if s.raw == nil {
-		return nil, top.missing("items")
+func (s *itemsMember) parse(c *conv) []ItemChange {
+	if c.collection(s.raw, "items", '[', s.err) {
+		return s.vals
 	}
-	if err := wantArray(s.raw, top, "items"); err != nil {
-		return nil, err
-	}
-	return s.vals, s.err
+	return nil
 }
 
 type itemMembers struct {
@@ -538,34 +420,17 @@ func (it *itemMembers) walk(d []byte, at, depth int) (int, bool) {
 }
 
 func parseItem(v *itemMembers, a at, it *ItemChange) error {
-	if err := v.dupErr(a); err != nil {
-		return err
-	}
-	var err error
-	if it.Collection, err = str(v.collection, a, "collection", true); err != nil {
-		return err
-	}
-	if it.ID, err = str(v.id, a, "id", true); err != nil {
-		return err
-	}
-	if it.Op, err = str(v.op, a, "op", true); err != nil {
-		return err
-	}
+	c := conv{a: a, err: v.dupErr(a)}
+	it.Collection = c.str(v.collection, "collection", true)
+	it.ID = c.str(v.id, "id", true)
+	it.Op = c.str(v.op, "op", true)
 	if v.meta.raw != nil {
 		it.Meta = v.meta.copy()
 	}
-	if it.Hash, err = str(v.hash, a, "hash", false); err != nil {
-		return err
-	}
-	if it.Size, err = intField(v.size, a, "size", 0, math.MaxInt64, false); err != nil {
-		return err
-	}
-	if v.chunks.raw != nil {
-		if it.Chunks, err = v.chunks.parse(a, "chunks"); err != nil {
-			return err
-		}
-	}
-	return nil
+	it.Hash = c.str(v.hash, "hash", false)
+	it.Size = c.int(v.size, "size", 0, math.MaxInt64, false)
+	it.Chunks = v.chunks.parse(&c, "chunks")
+	return c.err
 }
 
 // outcomesMember reads the mutations of a version as itemsMember reads
@@ -605,17 +470,14 @@ func (s *outcomesMember) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-func (s *outcomesMember) parse() ([]Outcome, error) {
-	if s.raw == nil {
-		return nil, top.missing("mutations")
+func (s *outcomesMember) parse(c *conv) []Outcome {
+	if !c.collection(s.raw, "mutations", '[', s.err) {
+		return nil
 	}
-	if err := wantArray(s.raw, top, "mutations"); err != nil {
-		return nil, err
+	if s.vals == nil {
+		return []Outcome{}
 	}
-	if s.vals == nil && s.err == nil {
-		return []Outcome{}, nil
-	}
-	return s.vals, s.err
+	return s.vals
 }
 
 type outcomeMembers struct {
@@ -670,57 +532,23 @@ func (o *outcomeMembers) walk(d []byte, at, depth int) (int, bool) {
 }
 
 func parseOutcome(v *outcomeMembers, a at, o *Outcome) error {
-	if err := v.dupErr(a); err != nil {
-		return err
-	}
-	var err error
-	if o.ClientGroup, err = str(v.clientGroup, a, "clientGroup", true); err != nil {
-		return err
-	}
-	if o.Client, err = str(v.client, a, "client", true); err != nil {
-		return err
-	}
-	if o.ID, err = uintField(v.id, a, "id", 1, true); err != nil {
-		return err
-	}
-	if o.Name, err = str(v.name, a, "name", true); err != nil {
-		return err
-	}
-	if v.args.raw == nil {
-		return a.errorf("args", "is required but missing: copy the mutation's args (null for none)")
-	}
-	o.Args = v.args.copy()
-	if o.Status, err = str(v.status, a, "status", true); err != nil {
-		return err
-	}
-	if o.Error, err = str(v.error, a, "error", false); err != nil {
-		return err
-	}
-	if o.TS, err = intField(v.ts, a, "ts", 0, math.MaxInt64, false); err != nil {
-		return err
-	}
-	if o.Principal, err = str(v.principal, a, "principal", false); err != nil {
-		return err
-	}
-	if o.ReceivedAt, err = intField(v.receivedAt, a, "receivedAt", 0, math.MaxInt64, false); err != nil {
-		return err
-	}
-	if o.Offset, err = intField(v.offset, a, "offset", 0, math.MaxInt64, true); err != nil {
-		return err
-	}
-	if v.argsRef.raw != nil {
-		if o.ArgsRef, err = parseBlobRef(&v.argsRef, a, "argsRef"); err != nil {
-			return err
-		}
-	}
-	if o.Code, err = str(v.code, a, "code", false); err != nil {
-		return err
-	}
-	if o.Job, err = parseJob(&v.job, a); err != nil {
-		return err
-	}
-	o.Origin, err = parseOrigin(&v.origin, a)
-	return err
+	c := conv{a: a, err: v.dupErr(a)}
+	o.ClientGroup = c.str(v.clientGroup, "clientGroup", true)
+	o.Client = c.str(v.client, "client", true)
+	o.ID = c.uint(v.id, "id", 1, true)
+	o.Name = c.str(v.name, "name", true)
+	o.Args = c.args(v.args, "copy the mutation's args (null for none)")
+	o.Status = c.str(v.status, "status", true)
+	o.Error = c.str(v.error, "error", false)
+	o.TS = c.int(v.ts, "ts", 0, math.MaxInt64, false)
+	o.Principal = c.str(v.principal, "principal", false)
+	o.ReceivedAt = c.int(v.receivedAt, "receivedAt", 0, math.MaxInt64, false)
+	o.Offset = c.int(v.offset, "offset", 0, math.MaxInt64, true)
+	o.ArgsRef = parseBlobRef(&c, &v.argsRef, "argsRef")
+	o.Code = c.str(v.code, "code", false)
+	o.Job = parseJob(&c, &v.job)
+	o.Origin = parseOrigin(&c, &v.origin)
+	return c.err
 }
 
 type blobRefMembers struct {
@@ -745,27 +573,18 @@ func (b *blobRefMembers) walk(d []byte, at, depth int) (int, bool) {
 	})
 }
 
-func parseBlobRef(v *blobRefMembers, parent at, name string) (*BlobRef, error) {
-	if v.raw[0] != '{' {
-		return nil, parent.errorf(name, "must be an object, got %s", got(v.raw))
+func parseBlobRef(c *conv, v *blobRefMembers, name string) *BlobRef {
+	bc, ok := c.object(v.raw, name, &v.bound)
+	if !ok {
+		return nil
 	}
-	a := parent.child(name)
-	if err := v.dupErr(a); err != nil {
-		return nil, err
+	ref := &BlobRef{Hash: bc.str(v.hash, "hash", true), Size: bc.int(v.size, "size", 1, math.MaxInt64, true)}
+	if bc.err == nil && v.chunks.raw == nil {
+		bc.err = bc.a.missing("chunks")
 	}
-	ref := &BlobRef{}
-	var err error
-	if ref.Hash, err = str(v.hash, a, "hash", true); err != nil {
-		return nil, err
-	}
-	if ref.Size, err = intField(v.size, a, "size", 1, math.MaxInt64, true); err != nil {
-		return nil, err
-	}
-	if v.chunks.raw == nil {
-		return nil, a.missing("chunks")
-	}
-	ref.Chunks, err = v.chunks.parse(a, "chunks")
-	return ref, err
+	ref.Chunks = v.chunks.parse(&bc, "chunks")
+	c.err = bc.err
+	return ref
 }
 
 type rejectedMembers struct {
@@ -809,55 +628,28 @@ func (r *rejectedMembers) walk(d []byte, at, depth int) (int, bool) {
 
 func parseRejected(v *rejectedMembers, r *Rejected) error {
 	a := top
-	if err := v.dupErr(a); err != nil {
-		return err
-	}
-	var err error
-	if r.Reason, err = str(v.reason, a, "reason", true); err != nil {
-		return err
-	}
-	if r.Message, err = str(v.message, a, "message", true); err != nil {
-		return err
-	}
-	if r.Topic, err = str(v.topic, a, "topic", true); err != nil {
-		return err
-	}
-	p, err := intField(v.partition, a, "partition", 0, math.MaxInt32, true)
-	if err != nil {
-		return err
-	}
-	r.Partition = int32(p)
-	if r.Offset, err = intField(v.offset, a, "offset", 0, math.MaxInt64, true); err != nil {
-		return err
-	}
-	if r.Schema, err = str(v.schema, a, "schema", false); err != nil {
-		return err
-	}
-	if v.mutation.raw != nil {
-		if err := wantObject(v.mutation.raw, a, "mutation"); err != nil {
-			return err
-		}
+	c := conv{a: a, err: v.dupErr(a)}
+	r.Reason = c.str(v.reason, "reason", true)
+	r.Message = c.str(v.message, "message", true)
+	r.Topic = c.str(v.topic, "topic", true)
+	r.Partition = int32(c.int(v.partition, "partition", 0, math.MaxInt32, true))
+	r.Offset = c.int(v.offset, "offset", 0, math.MaxInt64, true)
+	r.Schema = c.str(v.schema, "schema", false)
+	if _, ok := c.object(v.mutation.raw, "mutation", &v.mutation.bound); ok {
 		r.Mutation = new(Mutation)
-		if err := parseMutation(&v.mutation.mutationMembers, nested("mutation"), r.Mutation); err != nil {
-			return err
-		}
+		c.err = parseMutation(&v.mutation.mutationMembers, nested("mutation"), r.Mutation)
 	}
-	if r.ExpectedID, err = uintField(v.expectedID, a, "expectedId", 1, false); err != nil {
-		return err
-	}
+	r.ExpectedID = c.uint(v.expectedID, "expectedId", 1, false)
 	if v.base64Value != nil {
-		s, err := str(v.base64Value, a, "value", true)
-		if err != nil {
-			return err
-		}
-		b, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			return a.errorf("value", "must be the bytes in standard base64 with padding: %v", err)
-		}
-		if len(b) > 0 {
-			r.Value = b
+		if s := c.str(v.base64Value, "value", true); c.err == nil {
+			b, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				c.err = a.errorf("value", "must be the bytes in standard base64 with padding: %v", err)
+			} else if len(b) > 0 {
+				r.Value = b
+			}
 		}
 	}
-	r.At, err = intField(v.at, a, "at", 0, math.MaxInt64, true)
-	return err
+	r.At = c.int(v.at, "at", 0, math.MaxInt64, true)
+	return c.err
 }
