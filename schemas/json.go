@@ -32,7 +32,7 @@ import (
 // maxDepth is encoding/json's limit on nesting.
 const maxDepth = 10000
 
-// Check reports whether d is valid JSON, as json.Valid does, and whether
+// CheckJSON reports whether d is valid JSON, as json.Valid does, and whether
 // it is also compact: without whitespace outside strings, so that
 // json.Compact would leave it as it is.
 func CheckJSON(d []byte) (valid, compact bool) {
@@ -455,7 +455,7 @@ func hex4(s []byte) rune {
 	return r
 }
 
-// JSONStringLike is String that returns prev, without allocating, when val
+// JSONStringLike is JSONString that returns prev, without allocating, when val
 // decodes to it: the client and mutator names of a push mostly repeat.
 func JSONStringLike(val []byte, prev string) (s string, ok bool) {
 	if len(val) >= 2 && val[0] == '"' && string(val[1:len(val)-1]) == prev && bytes.IndexByte(val, '\\') < 0 && utf8.ValidString(prev) {
@@ -464,7 +464,7 @@ func JSONStringLike(val []byte, prev string) (s string, ok bool) {
 	return JSONString(val)
 }
 
-// Uint decodes a number into an unsigned integer of bitSize bits as
+// JSONUint decodes a number into an unsigned integer of bitSize bits as
 // encoding/json does; ok is false for anything encoding/json refuses or
 // decodes differently: a sign, a fraction, an exponent, an overflow,
 // another type.
@@ -476,8 +476,8 @@ func JSONUint(val []byte, bitSize int) (n uint64, ok bool) {
 	return n, err == nil
 }
 
-// Int decodes a number into a signed integer of bitSize bits as
-// encoding/json does; ok is false as for Uint.
+// JSONInt decodes a number into a signed integer of bitSize bits as
+// encoding/json does; ok is false as for JSONUint.
 func JSONInt(val []byte, bitSize int) (n int64, ok bool) {
 	if val[0] != '-' && !isDigit(val[0]) {
 		return 0, false
