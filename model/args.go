@@ -71,14 +71,27 @@ func parseArgs(raw json.RawMessage, fields ...string) (args, error) {
 // other args (unknown or repeated fields included), which parseArgs then
 // canonicalizes and checks in full.
 func quickArgs(raw []byte, fields []string) (a args, ok bool) {
+	i := schemas.SkipJSONSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
 	a = make(args, 0, len(fields))
-	end, ok := schemas.JSONMemberSpans(raw, schemas.SkipJSONSpace(raw, 0), 0, func(ks, ke, vs int) int {
-		if e, ok := canonicalStringEnd(raw, ks); !ok || e != ke || !knownField(raw[ks+1:ke-1], fields) {
-			return -1
+	if i = schemas.SkipJSONSpace(raw, i+1); i < len(raw) && raw[i] == '}' {
+		return a, schemas.SkipJSONSpace(raw, i+1) == len(raw)
+	}
+	for {
+		ks := i
+		ke, ok := canonicalStringEnd(raw, ks)
+		if !ok || !knownField(raw[ks+1:ke-1], fields) {
+			return nil, false
 		}
+		if i = schemas.SkipJSONSpace(raw, ke); i >= len(raw) || raw[i] != ':' {
+			return nil, false
+		}
+		vs := schemas.SkipJSONSpace(raw, i+1)
 		ve, ok := canonicalEnd(raw, vs, 1)
 		if !ok {
-			return -1
+			return nil, false
 		}
 		// Insert in order: field names are plain ASCII, ordered as bytes.
 		m := argMember{name: raw[ks:ke], val: raw[vs:ve]}
@@ -87,15 +100,21 @@ func quickArgs(raw []byte, fields []string) (a args, ok bool) {
 			j--
 		}
 		if j > 0 && string(a[j-1].name) == string(m.name) {
-			return -1 // a repeated field: jcs reports it
+			return nil, false // a repeated field: jcs reports it
 		}
 		a = slices.Insert(a, j, m)
-		return ve
-	})
-	if !ok || schemas.SkipJSONSpace(raw, end) != len(raw) {
-		return nil, false
+		if i = schemas.SkipJSONSpace(raw, ve); i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = schemas.SkipJSONSpace(raw, i+1)
+		case '}':
+			return a, schemas.SkipJSONSpace(raw, i+1) == len(raw)
+		default:
+			return nil, false
+		}
 	}
-	return a, true
 }
 
 func knownField(name []byte, fields []string) bool {

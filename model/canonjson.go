@@ -155,58 +155,57 @@ func isCanonical(b []byte) bool {
 	return ok && end == len(b)
 }
 
-// canonicalEnd returns the end of the canonical value that starts at b[i],
-// inside depth objects and arrays. The toolkit's walkers check the JSON;
-// what is checked here is the canonical form: no whitespace where they
-// skip it, members in order, and each string and number in its one
-// spelling.
+// canonicalEnd returns the end of the canonical value that starts at b[i].
+// It walks by itself rather than with the toolkit's walkers: canonical
+// text has no whitespace to skip, and checking names and strings in their
+// one spelling as it goes reads each byte once (the walkers check them as
+// JSON first, which made this check half as fast again).
 func canonicalEnd(b []byte, i, depth int) (int, bool) {
 	if i >= len(b) {
 		return 0, false
 	}
-	switch b[i] {
+	switch c := b[i]; c {
 	case '"':
 		return canonicalStringEnd(b, i)
 	case '{', '[':
 		if depth >= maxQuickDepth {
 			return 0, false
 		}
-		if i+1 < len(b) && b[i+1] == b[i]+2 { // {} or []
-			return i + 2, true
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
 		}
-		next := i + 1 // where the next member or element must start
+		i++
+		if i < len(b) && b[i] == closer {
+			return i + 1, true
+		}
 		var prev []byte
-		value := func(at int) int {
-			if at != next {
-				return -1
-			}
-			end, ok := canonicalEnd(b, at, depth+1)
-			if !ok {
-				return -1
-			}
-			next = end + 1 // after the ',' or the closing bracket
-			return end
-		}
-		var end int
-		var ok bool
-		if b[i] == '[' {
-			end, ok = schemas.JSONElements(b, i, depth, value)
-		} else {
-			end, ok = schemas.JSONMemberSpans(b, i, depth, func(ks, ke, at int) int {
-				if ks != next || at != ke+1 {
-					return -1
-				}
-				if e, ok := canonicalStringEnd(b, ks); !ok || e != ke {
-					return -1
+		for {
+			if c == '{' {
+				ks := i
+				ke, ok := canonicalStringEnd(b, i)
+				if !ok || ke >= len(b) || b[ke] != ':' {
+					return 0, false
 				}
 				if prev != nil && compareNames(prev, b[ks:ke]) >= 0 {
-					return -1 // out of order, or a duplicate
+					return 0, false // out of order, or a duplicate
 				}
-				prev, next = b[ks:ke], at
-				return value(at)
-			})
+				prev = b[ks:ke]
+				i = ke + 1
+			}
+			end, ok := canonicalEnd(b, i, depth+1)
+			if !ok || end >= len(b) {
+				return 0, false
+			}
+			switch b[end] {
+			case ',':
+				i = end + 1
+			case closer:
+				return end + 1, true
+			default:
+				return 0, false
+			}
 		}
-		return end, ok && end == next
 	case 't':
 		return literalEnd(b, i, "true")
 	case 'f':
