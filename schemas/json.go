@@ -10,9 +10,11 @@
 //     client's codecs, the websocket's version messages; they handle the
 //     common case with it and leave everything else, errors included, to
 //     encoding/json, so that results and messages stay encoding/json's;
-//   - model, for canonical text (RFC 8785): its form check, merge patch,
-//     splice and mutator args walk with JSONMemberSpans, which hands out
-//     names as written;
+//   - model, for canonical text (RFC 8785): merge patch, splice and
+//     mutator args walk with JSONMemberSpans, which hands out names as
+//     written (its check that text is canonical reads it in one pass of
+//     its own, which is faster on text without whitespace), and the
+//     decider checks args with ValidJSON;
 //   - store, which writes the scalar names of its version records.
 //
 // It was measured against go-json-experiment/json/jsontext: that takes
