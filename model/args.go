@@ -38,25 +38,27 @@ func parseArgs(raw json.RawMessage, fields ...string) (args, error) {
 		return nil, &schemas.FieldError{Field: "args", Reason: err.Error()}
 	}
 	a := make(args, 0, len(fields))
-	it := newObjectIter(canon, 0)
-	for ks, ke, vs, ve, ok := it.next(); ok; ks, ke, vs, ve, ok = it.next() {
-		m := argMember{name: canon[ks:ke], val: canon[vs:ve]}
-		known := false
-		for _, f := range fields {
-			if string(m.name[1:len(m.name)-1]) == f {
-				known = true
-				break
-			}
+	var unknown error
+	_, ok := schemas.JSONMemberSpans(canon, 0, 0, func(ks, ke, vs int) int {
+		ve, err := valueEnd(canon, vs, 1)
+		if err != nil {
+			return -1
 		}
-		if !known {
+		m := argMember{name: canon[ks:ke], val: canon[vs:ve]}
+		if !knownField(m.name[1:len(m.name)-1], fields) {
 			// Members come in canonical order: the same one is reported on
 			// every run.
-			return nil, argErr(decodeString(m.name), "unknown field (known: %s)", strings.Join(fields, ", "))
+			unknown = argErr(decodeString(m.name), "unknown field (known: %s)", strings.Join(fields, ", "))
+			return -1
 		}
 		a = append(a, m)
-	}
-	if it.err != nil {
-		return nil, &schemas.FieldError{Field: "args", Reason: it.err.Error()}
+		return ve
+	})
+	switch {
+	case unknown != nil:
+		return nil, unknown
+	case !ok:
+		return nil, &schemas.FieldError{Field: "args", Reason: errNotCanonical.Error()}
 	}
 	return a, nil
 }
@@ -69,13 +71,13 @@ func parseArgs(raw json.RawMessage, fields ...string) (args, error) {
 // other args (unknown or repeated fields included), which parseArgs then
 // canonicalizes and checks in full.
 func quickArgs(raw []byte, fields []string) (a args, ok bool) {
-	i := skipSpace(raw, 0)
+	i := schemas.SkipJSONSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return nil, false
 	}
 	a = make(args, 0, len(fields))
-	if i = skipSpace(raw, i+1); i < len(raw) && raw[i] == '}' {
-		return a, skipSpace(raw, i+1) == len(raw)
+	if i = schemas.SkipJSONSpace(raw, i+1); i < len(raw) && raw[i] == '}' {
+		return a, schemas.SkipJSONSpace(raw, i+1) == len(raw)
 	}
 	for {
 		ks := i
@@ -83,10 +85,10 @@ func quickArgs(raw []byte, fields []string) (a args, ok bool) {
 		if !ok || !knownField(raw[ks+1:ke-1], fields) {
 			return nil, false
 		}
-		if i = skipSpace(raw, ke); i >= len(raw) || raw[i] != ':' {
+		if i = schemas.SkipJSONSpace(raw, ke); i >= len(raw) || raw[i] != ':' {
 			return nil, false
 		}
-		vs := skipSpace(raw, i+1)
+		vs := schemas.SkipJSONSpace(raw, i+1)
 		ve, ok := canonicalEnd(raw, vs, 1)
 		if !ok {
 			return nil, false
@@ -101,14 +103,14 @@ func quickArgs(raw []byte, fields []string) (a args, ok bool) {
 			return nil, false // a repeated field: jcs reports it
 		}
 		a = slices.Insert(a, j, m)
-		if i = skipSpace(raw, ve); i >= len(raw) {
+		if i = schemas.SkipJSONSpace(raw, ve); i >= len(raw) {
 			return nil, false
 		}
 		switch raw[i] {
 		case ',':
-			i = skipSpace(raw, i+1)
+			i = schemas.SkipJSONSpace(raw, i+1)
 		case '}':
-			return a, skipSpace(raw, i+1) == len(raw)
+			return a, schemas.SkipJSONSpace(raw, i+1) == len(raw)
 		default:
 			return nil, false
 		}
@@ -122,13 +124,6 @@ func knownField(name []byte, fields []string) bool {
 		}
 	}
 	return false
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
 }
 
 // get returns a field's canonical value; ok is false when it is absent.

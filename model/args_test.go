@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/canon-sync/canon/schemas"
 )
 
 var argsFields = []string{"collection", "id", "meta", "data"}
@@ -33,11 +35,16 @@ func slowArgs(raw json.RawMessage, fields ...string) (args, error) {
 		return nil, err
 	}
 	var a args
-	it := newObjectIter(canon, 0)
-	for ks, ke, vs, ve, ok := it.next(); ok; ks, ke, vs, ve, ok = it.next() {
-		a = append(a, argMember{name: canon[ks:ke], val: canon[vs:ve]})
+	if _, ok := schemas.JSONMemberSpans(canon, 0, 0, func(ks, ke, vs int) int {
+		ve, _ := schemas.CheckJSONValue(canon, vs, 1)
+		if ve >= 0 {
+			a = append(a, argMember{name: canon[ks:ke], val: canon[vs:ve]})
+		}
+		return ve
+	}); !ok {
+		return a, errNotCanonical
 	}
-	return a, it.err
+	return a, nil
 }
 
 // quickArgs answers only what the canonical form would, and leaves

@@ -30,18 +30,26 @@ func projectSet(x Tx, raw json.RawMessage) error {
 	}
 	// Canonical order: the first bad name reported is the same on every
 	// run.
-	it := newObjectIter(canon, 0)
 	n := 0
-	for ks, ke, vs, ve, ok := it.next(); ok; ks, ke, vs, ve, ok = it.next() {
+	var bad error
+	_, ok := schemas.JSONMemberSpans(canon, 0, 0, func(ks, ke, vs int) int {
+		ve, err := valueEnd(canon, vs, 1)
+		if err != nil {
+			return -1
+		}
 		name := decodeString(canon[ks:ke])
-		if err := schemas.ValidateScalarName("args", name); err != nil {
-			return err
+		if bad = schemas.ValidateScalarName("args", name); bad != nil {
+			return -1
 		}
 		t.setScalar(name, canon[vs:ve])
 		n++
-	}
-	if it.err != nil {
-		return &schemas.FieldError{Field: "args", Reason: it.err.Error()}
+		return ve
+	})
+	switch {
+	case bad != nil:
+		return bad
+	case !ok:
+		return &schemas.FieldError{Field: "args", Reason: errNotCanonical.Error()}
 	}
 	if n == 0 {
 		return &schemas.FieldError{Field: "args", Reason: "sets no scalar: give at least one name -> value (null deletes)"}

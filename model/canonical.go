@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/canon-sync/canon/schemas"
 	"github.com/gowebpki/jcs"
 )
 
@@ -44,30 +45,17 @@ func BodyHash(canonical []byte) string {
 
 // isJSONNull reports whether a JSON text is the literal null.
 func isJSONNull(raw []byte) bool {
-	raw = trimSpace(raw)
-	return len(raw) == 4 && string(raw) == "null"
+	i := schemas.SkipJSONSpace(raw, 0)
+	return len(raw)-i >= 4 && string(raw[i:i+4]) == "null" && schemas.SkipJSONSpace(raw, i+4) == len(raw)
 }
 
 // firstByte is the first non-whitespace byte of a JSON text, 0 if none.
 func firstByte(raw []byte) byte {
-	raw = trimSpace(raw)
-	if len(raw) == 0 {
-		return 0
+	if i := schemas.SkipJSONSpace(raw, 0); i < len(raw) {
+		return raw[i]
 	}
-	return raw[0]
+	return 0
 }
-
-func trimSpace(raw []byte) []byte {
-	for len(raw) > 0 && isSpace(raw[0]) {
-		raw = raw[1:]
-	}
-	for len(raw) > 0 && isSpace(raw[len(raw)-1]) {
-		raw = raw[:len(raw)-1]
-	}
-	return raw
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // scalarsSize is the length of the canonical JSON object of the scalars,
 // computed without encoding it: scalar names are ASCII letters, digits and

@@ -2,219 +2,35 @@ package model
 
 import (
 	"errors"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/canon-sync/canon/schemas"
 )
 
-// Walking canonical JSON (RFC 8785) text: no whitespace, object members
-// sorted by the UTF-16 code units of their names, strings with only the
-// mandatory escapes, so that one value has exactly one spelling. Merging a
-// small patch into a large body, or splicing a string inside it, then
-// costs a copy of the untouched text rather than a decode and an encode
-// of the whole. Every input here comes from Canonical (jcs) or from these
-// functions; the tests check them against decoding with encoding/json and
-// canonicalizing with jcs.
+// What is particular to canonical JSON (RFC 8785) text: no whitespace,
+// object members sorted by the UTF-16 code units of their names, strings
+// with only the mandatory escapes, so that one value has exactly one
+// spelling. Merging a small patch into a large body, or splicing a string
+// inside it, then costs a copy of the untouched text rather than a decode
+// and an encode of the whole. The text is walked with the toolkit of
+// schemas (JSONMemberSpans hands out names as written, which compare as
+// bytes); what is here is the member order, the spelling of strings and
+// numbers, and the check that text is canonical. Every input comes from
+// Canonical (jcs) or from these functions; the tests check them against
+// decoding with encoding/json and canonicalizing with jcs.
 
 // errNotCanonical reports text that is not canonical JSON: only a body
 // the store corrupted, or a bug, gets there.
 var errNotCanonical = errors.New("not canonical JSON")
 
-// valueEnd returns the end of the canonical JSON value that starts at b[i].
-func valueEnd(b []byte, i int) (int, error) {
-	if i >= len(b) {
+// valueEnd returns the end of the canonical JSON value that starts at
+// b[i], inside depth objects and arrays.
+func valueEnd(b []byte, i, depth int) (int, error) {
+	end, _ := schemas.CheckJSONValue(b, i, depth)
+	if end < 0 {
 		return 0, errNotCanonical
 	}
-	switch b[i] {
-	case '"':
-		for j := i + 1; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1, nil
-			}
-		}
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, err := valueEnd(b, j)
-				if err != nil {
-					return 0, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-	default: // a number or a literal
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
-			j++
-		}
-		if j > i {
-			return j, nil
-		}
-	}
-	return 0, errNotCanonical
-}
-
-// objectIter walks the members of the canonical object that starts at
-// b[start], as offsets into b.
-type objectIter struct {
-	b   []byte
-	i   int // the next member's start; -1 when done
-	err error
-}
-
-func newObjectIter(b []byte, start int) objectIter {
-	it := objectIter{b: b, i: start + 1}
-	switch {
-	case start >= len(b) || b[start] != '{' || it.i >= len(b):
-		it.i, it.err = -1, errNotCanonical
-	case b[it.i] == '}':
-		it.i = -1
-	}
-	return it
-}
-
-// next returns the next member: its name b[ks:ke] (quoted) and its value
-// b[vs:ve].
-func (it *objectIter) next() (ks, ke, vs, ve int, ok bool) {
-	if it.i < 0 {
-		return 0, 0, 0, 0, false
-	}
-	b := it.b
-	ks = it.i
-	var err error
-	if ks >= len(b) || b[ks] != '"' {
-		return it.fail()
-	}
-	if ke, err = valueEnd(b, ks); err != nil || ke >= len(b) || b[ke] != ':' {
-		return it.fail()
-	}
-	vs = ke + 1
-	if ve, err = valueEnd(b, vs); err != nil || ve >= len(b) {
-		return it.fail()
-	}
-	switch b[ve] {
-	case ',':
-		it.i = ve + 1
-	case '}':
-		it.i = -1
-	default:
-		return it.fail()
-	}
-	return ks, ke, vs, ve, true
-}
-
-func (it *objectIter) fail() (int, int, int, int, bool) {
-	it.i, it.err = -1, errNotCanonical
-	return 0, 0, 0, 0, false
-}
-
-// arrayIter walks the elements of the canonical array that starts at
-// b[start].
-type arrayIter struct {
-	b   []byte
-	i   int
-	err error
-}
-
-func newArrayIter(b []byte, start int) arrayIter {
-	it := arrayIter{b: b, i: start + 1}
-	switch {
-	case start >= len(b) || b[start] != '[' || it.i >= len(b):
-		it.i, it.err = -1, errNotCanonical
-	case b[it.i] == ']':
-		it.i = -1
-	}
-	return it
-}
-
-func (it *arrayIter) next() (vs, ve int, ok bool) {
-	if it.i < 0 {
-		return 0, 0, false
-	}
-	vs = it.i
-	ve, err := valueEnd(it.b, vs)
-	if err != nil || ve >= len(it.b) {
-		it.i, it.err = -1, errNotCanonical
-		return 0, 0, false
-	}
-	switch it.b[ve] {
-	case ',':
-		it.i = ve + 1
-	case ']':
-		it.i = -1
-	default:
-		it.i, it.err = -1, errNotCanonical
-		return 0, 0, false
-	}
-	return vs, ve, true
-}
-
-// nextRune decodes the character at s[i] of a JSON string's content.
-func nextRune(s []byte, i int) (rune, int) {
-	if s[i] != '\\' {
-		r, n := utf8.DecodeRune(s[i:])
-		return r, i + n
-	}
-	if i+1 >= len(s) {
-		return utf8.RuneError, len(s)
-	}
-	switch s[i+1] {
-	case 'b':
-		return '\b', i + 2
-	case 'f':
-		return '\f', i + 2
-	case 'n':
-		return '\n', i + 2
-	case 'r':
-		return '\r', i + 2
-	case 't':
-		return '\t', i + 2
-	case 'u':
-		r, ok := hex4(s, i+2)
-		if !ok {
-			return utf8.RuneError, len(s)
-		}
-		if utf16.IsSurrogate(r) {
-			if lo, ok := hex4(s, i+8); ok && i+7 < len(s) && s[i+6] == '\\' && s[i+7] == 'u' {
-				if c := utf16.DecodeRune(r, lo); c != utf8.RuneError {
-					return c, i + 12
-				}
-			}
-			return utf8.RuneError, i + 6
-		}
-		return r, i + 6
-	}
-	return rune(s[i+1]), i + 2 // \" \\ \/
-}
-
-func hex4(s []byte, i int) (rune, bool) {
-	if i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range s[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
+	return end, nil
 }
 
 // compareNames orders two quoted JSON strings by the UTF-16 code units of
@@ -223,26 +39,63 @@ func compareNames(a, b []byte) int {
 	a, b = a[1:len(a)-1], b[1:len(b)-1]
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		if a[i] < utf8.RuneSelf && b[j] < utf8.RuneSelf && a[i] != '\\' && b[j] != '\\' {
-			if a[i] != b[j] {
-				return int(a[i]) - int(b[j])
+		ca, cb := a[i], b[j]
+		if ca == '\\' || cb == '\\' {
+			// An escape, rare in canonical names (a control character, '"'
+			// or '\\'): compare the decoded rest.
+			return compareUTF16(unquote(a[i:]), unquote(b[j:]))
+		}
+		if ca < utf8.RuneSelf && cb < utf8.RuneSelf {
+			if ca != cb {
+				return int(ca) - int(cb)
 			}
 			i, j = i+1, j+1
 			continue
 		}
-		ra, ni := nextRune(a, i)
-		rb, nj := nextRune(b, j)
+		ra, na := utf8.DecodeRune(a[i:])
+		rb, nb := utf8.DecodeRune(b[j:])
 		if ra != rb {
-			if ua, ub := firstUnit(ra), firstUnit(rb); ua != ub {
-				return int(ua - ub)
-			}
-			// Both outside the BMP with the same high surrogate: the low
-			// surrogates order as the characters do.
-			return int(ra - rb)
+			return compareRunes(ra, rb)
 		}
-		i, j = ni, nj
+		i, j = i+na, j+nb
 	}
 	return (len(a) - i) - (len(b) - j)
+}
+
+// unquote decodes the content of a JSON string.
+func unquote(content []byte) string {
+	q := make([]byte, 0, len(content)+2)
+	return decodeString(append(append(append(q, '"'), content...), '"'))
+}
+
+// decodeString returns the content of a quoted JSON string.
+func decodeString(q []byte) string {
+	s, _ := schemas.JSONString(q)
+	return s
+}
+
+// compareUTF16 orders two strings by their UTF-16 code units.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return compareRunes(ra, rb)
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return len(a) - len(b)
+}
+
+// compareRunes orders two different characters by their UTF-16 code
+// units.
+func compareRunes(ra, rb rune) int {
+	if ua, ub := firstUnit(ra), firstUnit(rb); ua != ub {
+		return int(ua - ub)
+	}
+	// Both outside the BMP with the same high surrogate: the low
+	// surrogates order as the characters do.
+	return int(ra - rb)
 }
 
 // firstUnit is the first UTF-16 code unit of a character: a character
@@ -253,23 +106,6 @@ func firstUnit(r rune) rune {
 		return 0xD800 + (r-0x10000)>>10
 	}
 	return r
-}
-
-// decodeString returns the content of a quoted JSON string.
-func decodeString(q []byte) string {
-	s := q[1 : len(q)-1]
-	for _, c := range s {
-		if c == '\\' {
-			out := make([]byte, 0, len(s))
-			for i := 0; i < len(s); {
-				var r rune
-				r, i = nextRune(s, i)
-				out = utf8.AppendRune(out, r)
-			}
-			return string(out)
-		}
-	}
-	return string(s)
 }
 
 // appendString appends s as a canonical JSON string (RFC 8785 3.2.2.2):
@@ -320,6 +156,10 @@ func isCanonical(b []byte) bool {
 }
 
 // canonicalEnd returns the end of the canonical value that starts at b[i].
+// It walks by itself rather than with the toolkit's walkers: canonical
+// text has no whitespace to skip, and checking names and strings in their
+// one spelling as it goes reads each byte once (the walkers check them as
+// JSON first, which made this check half as fast again).
 func canonicalEnd(b []byte, i, depth int) (int, bool) {
 	if i >= len(b) {
 		return 0, false
@@ -422,14 +262,19 @@ func canonicalStringEnd(b []byte, i int) (int, bool) {
 			case '"', '\\', 'b', 'f', 'n', 'r', 't':
 				j += 2
 			case 'u':
-				r, ok := hex4(b, j+2)
-				if !ok || r >= 0x20 || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t' {
+				// \u00xx in lower case, for a control character
+				// without a short form.
+				if j+5 >= len(b) || b[j+2] != '0' || b[j+3] != '0' || b[j+4] != '0' && b[j+4] != '1' {
 					return 0, false
 				}
-				for _, h := range b[j+2 : j+6] {
-					if h >= 'A' && h <= 'F' {
-						return 0, false
-					}
+				switch h := b[j+5]; {
+				case h >= '0' && h <= '9', h >= 'a' && h <= 'f':
+				default:
+					return 0, false
+				}
+				switch string(b[j+4 : j+6]) {
+				case "08", "09", "0a", "0c", "0d": // \b \t \n \f \r
+					return 0, false
 				}
 				j += 6
 			default:

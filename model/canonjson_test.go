@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/canon-sync/canon/schemas"
 	"github.com/gowebpki/jcs"
 )
 
@@ -63,12 +64,13 @@ func TestCompareNames(t *testing.T) {
 	}
 	canon := mustCanonical(t, string(raw))
 	var want [][]byte
-	it := newObjectIter(canon, 0)
-	for ks, ke, _, _, ok := it.next(); ok; ks, ke, _, _, ok = it.next() {
+	_, ok := schemas.JSONMemberSpans(canon, 0, 0, func(ks, ke, vs int) int {
 		want = append(want, canon[ks:ke])
-	}
-	if it.err != nil || len(want) != len(names) {
-		t.Fatalf("walking %s: %d members, %v", canon, len(want), it.err)
+		ve, _ := schemas.CheckJSONValue(canon, vs, 1)
+		return ve
+	})
+	if !ok || len(want) != len(names) {
+		t.Fatalf("walking %s: %d members, %v", canon, len(want), ok)
 	}
 	got := slices.Clone(want)
 	slices.Reverse(got)
@@ -96,12 +98,12 @@ func TestValueEnd(t *testing.T) {
 		{`true}`, 4},
 		{`[]`, 2},
 	} {
-		if end, err := valueEnd([]byte(tc.in), 0); err != nil || end != tc.end {
+		if end, err := valueEnd([]byte(tc.in), 0, 0); err != nil || end != tc.end {
 			t.Errorf("valueEnd(%s) = %d, %v, want %d", tc.in, end, err, tc.end)
 		}
 	}
 	for _, bad := range []string{``, `"abc`, `{"a":1`, `[`, `,`} {
-		if end, err := valueEnd([]byte(bad), 0); err == nil {
+		if end, err := valueEnd([]byte(bad), 0, 0); err == nil {
 			t.Errorf("valueEnd(%s) = %d, want an error", bad, end)
 		}
 	}

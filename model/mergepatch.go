@@ -1,5 +1,7 @@
 package model
 
+import "github.com/canon-sync/canon/schemas"
+
 // mergePatch applies an RFC 7396 JSON merge patch to a document; both are
 // canonical JSON, and so is the result.
 //
@@ -11,13 +13,18 @@ package model
 // algorithm is short, and on canonical text it is a merge of two sorted
 // member lists that copies untouched members without decoding them.
 func mergePatch(doc, patch []byte) ([]byte, error) {
-	return appendMerge(make([]byte, 0, len(doc)+len(patch)), doc, patch)
+	return appendMerge(make([]byte, 0, len(doc)+len(patch)), doc, patch, 0)
 }
 
 var emptyObject = []byte("{}")
 
-// appendMerge appends MergePatch(target, patch) to dst.
-func appendMerge(dst, target, patch []byte) ([]byte, error) {
+// member is a member of an object: its name b[ks:ke] (quoted) and its
+// value b[vs:ve].
+type member struct{ ks, ke, vs, ve int }
+
+// appendMerge appends MergePatch(target, patch) to dst; both are inside
+// depth objects.
+func appendMerge(dst, target, patch []byte, depth int) ([]byte, error) {
 	if len(patch) == 0 || len(target) == 0 {
 		return nil, errNotCanonical
 	}
@@ -27,53 +34,80 @@ func appendMerge(dst, target, patch []byte) ([]byte, error) {
 	if target[0] != '{' {
 		target = emptyObject
 	}
+	// The patch's members, in order, then the target's walked against
+	// them: untouched members are copied without being decoded.
+	var buf [8]member
+	pm := buf[:0]
+	if _, ok := schemas.JSONMemberSpans(patch, 0, depth, func(ks, ke, vs int) int {
+		ve, err := valueEnd(patch, vs, depth+1)
+		if err != nil {
+			return -1
+		}
+		pm = append(pm, member{ks, ke, vs, ve})
+		return ve
+	}); !ok {
+		return nil, errNotCanonical
+	}
 	dst = append(dst, '{')
 	n := 0
-	member := func(name []byte) {
-		if n > 0 {
-			dst = append(dst, ',')
+	var err error
+	// add appends the patch's member p merged into tv, the target's value
+	// of the same name (emptyObject when it has none); a null removes it.
+	add := func(p member, tv []byte) {
+		pv := patch[p.vs:p.ve]
+		if string(pv) == "null" {
+			return
 		}
-		n++
-		dst = append(dst, name...)
-		dst = append(dst, ':')
+		dst = appendName(dst, patch[p.ks:p.ke], &n)
+		dst, err = appendMerge(dst, tv, pv, depth+1)
 	}
-	ti, pi := newObjectIter(target, 0), newObjectIter(patch, 0)
-	tks, tke, tvs, tve, tok := ti.next()
-	pks, pke, pvs, pve, pok := pi.next()
-	for tok || pok {
-		c := -1
-		switch {
-		case !tok:
-			c = 1
-		case pok:
-			c = compareNames(target[tks:tke], patch[pks:pke])
+	_, ok := schemas.JSONMemberSpans(target, 0, depth, func(ks, ke, vs int) int {
+		ve, verr := valueEnd(target, vs, depth+1)
+		if verr != nil {
+			return -1
 		}
-		var err error
+		name := target[ks:ke]
+		c := 1
+		for ; len(pm) > 0 && err == nil; pm = pm[1:] {
+			if c = compareNames(patch[pm[0].ks:pm[0].ke], name); c >= 0 {
+				break
+			}
+			add(pm[0], emptyObject) // only in the patch
+		}
 		switch {
-		case c < 0: // only in the target: kept
-			member(target[tks:tke])
-			dst = append(dst, target[tvs:tve]...)
-			tks, tke, tvs, tve, tok = ti.next()
-			continue
-		case c > 0: // only in the patch: merged into nothing (nulls dropped)
-			if pv := patch[pvs:pve]; string(pv) != "null" {
-				member(patch[pks:pke])
-				dst, err = appendMerge(dst, emptyObject, pv)
-			}
-		default: // in both: merged, or removed by null
-			if pv := patch[pvs:pve]; string(pv) != "null" {
-				member(patch[pks:pke])
-				dst, err = appendMerge(dst, target[tvs:tve], pv)
-			}
-			tks, tke, tvs, tve, tok = ti.next()
+		case err != nil:
+			return -1
+		case c == 0: // in both: merged, or removed by null
+			add(pm[0], target[vs:ve])
+			pm = pm[1:]
+		default: // only in the target: kept
+			dst = appendName(dst, name, &n)
+			dst = append(dst, target[vs:ve]...)
 		}
 		if err != nil {
-			return nil, err
+			return -1
 		}
-		pks, pke, pvs, pve, pok = pi.next()
+		return ve
+	})
+	for ; len(pm) > 0 && err == nil; pm = pm[1:] {
+		add(pm[0], emptyObject)
 	}
-	if ti.err != nil || pi.err != nil {
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
 		return nil, errNotCanonical
 	}
 	return append(dst, '}'), nil
+}
+
+// appendName appends the name of the n-th member of an object, and a
+// comma before it if it is not the first.
+func appendName(dst, name []byte, n *int) []byte {
+	if *n > 0 {
+		dst = append(dst, ',')
+	}
+	*n++
+	dst = append(dst, name...)
+	return append(dst, ':')
 }

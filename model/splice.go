@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/canon-sync/canon/schemas"
 )
 
 // spliceJSON replaces, in the string found at an RFC 6901 JSON pointer of
@@ -25,33 +27,41 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 		switch doc[start] {
 		case '{':
 			name := appendString(nil, tok) // one spelling: compare the bytes
-			it := newObjectIter(doc, start)
 			found := false
-			for ks, ke, vs, ve, ok := it.next(); ok; ks, ke, vs, ve, ok = it.next() {
+			_, ok := schemas.JSONMemberSpans(doc, start, i, func(ks, ke, vs int) int {
+				ve, err := valueEnd(doc, vs, i+1)
+				if err != nil {
+					return -1
+				}
 				if bytes.Equal(doc[ks:ke], name) {
 					start, end, found = vs, ve, true
-					break
+					return -1 // stop here
 				}
-			}
-			if it.err != nil {
-				return nil, it.err
+				return ve
+			})
+			if !found && !ok {
+				return nil, errNotCanonical
 			}
 			if !found {
 				return nil, fmt.Errorf("path %q: no member %q", at(), tok)
 			}
 		case '[':
 			n, isIndex := arrayIndex(tok)
-			it := newArrayIter(doc, start)
 			count, found := 0, false
-			for vs, ve, ok := it.next(); ok; vs, ve, ok = it.next() {
+			_, ok := schemas.JSONElements(doc, start, i, func(vs int) int {
+				ve, err := valueEnd(doc, vs, i+1)
+				if err != nil {
+					return -1
+				}
 				if isIndex && count == n {
 					start, end, found = vs, ve, true
-					break
+					return -1 // stop here
 				}
 				count++
-			}
-			if it.err != nil {
-				return nil, it.err
+				return ve
+			})
+			if !found && !ok {
+				return nil, errNotCanonical
 			}
 			if !found {
 				return nil, fmt.Errorf("path %q: %q is not an index of an array of %d elements", at(), tok, count)

@@ -698,3 +698,45 @@ func TestAnalystsFieldsRoundTrip(t *testing.T) {
 		t.Fatalf("EncodeVersion of an applied outcome with a code = %v, want an error naming code", err)
 	}
 }
+
+// TestDecodeFirstFaultInDeclarationOrder checks that a record with
+// several faults reports the same one whatever the order of its members:
+// a member that appears twice, then the members in declaration order,
+// then what is inside them.
+func TestDecodeFirstFaultInDeclarationOrder(t *testing.T) {
+	for _, c := range []struct {
+		value, want string
+	}{
+		{`{"id":"7","org":5}`, `field "org": must be a string, got 5`},
+		{`{"job":{"kind":1},"org":5}`, `field "org": must be a string, got 5`},
+		{`{"job":{"kind":1,"kind":2},"org":"acme","org":"acme"}`, `field "org": appears more than once: keep one`},
+		{`{"origin":[],"job":{"kind":1}}`, `field "org": is required but missing`},
+		{`{"org":"acme","project":"p","branch":"main","clientGroup":"g","client":"c","id":1,"name":"n","args":null,"origin":{"id":1,"id":2},"job":{"at":"x"}}`,
+			`field "job.kind": is required but missing`},
+		{`{"org":"acme","project":"p","branch":"main","clientGroup":"g","client":"c","id":1,"name":"n","args":null,"job":{"at":"x","kind":"k","kind":"k"}}`,
+			`field "job.kind": appears more than once: keep one`},
+	} {
+		_, err := DecodeMutation(SchemaMutationV1, []byte(c.value), Limits{})
+		if err == nil || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("DecodeMutation(%s) = %v, want ...%s", c.value, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		value, want string
+	}{
+		{`{"mutations":[{"id":0}],"items":[{"op":1}],"version":"1","org":"a","project":"p","branch":"b"}`, `field "version": must be an integer >= 1, got string "1"`},
+		{`{"org":"a","project":"p","branch":"b","version":1,"parent":0,"ts":1,"scalars":{},"mutations":[{"id":0}],"items":[3,{"op":1}]}`,
+			`field "items[0]": must be an object, got 3`},
+		{`{"org":"a","project":"p","branch":"b","version":1,"parent":0,"ts":1,"scalars":{},"items":[{"chunks":[1]}],"mutations":[]}`,
+			`field "items[0].collection": is required but missing`},
+	} {
+		_, err := DecodeVersion(SchemaVersionV1, []byte(c.value), Limits{})
+		if err == nil || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("DecodeVersion(%s) = %v, want ...%s", c.value, err, c.want)
+		}
+	}
+	// A syntax error anywhere comes before any of these.
+	if _, err := DecodeMutation(SchemaMutationV1, []byte(`{"org":5,"id":1,}`), Limits{}); !errors.Is(err, ErrUndecodable) {
+		t.Errorf("DecodeMutation of invalid JSON = %v, want ErrUndecodable", err)
+	}
+}

@@ -74,19 +74,23 @@ func FuzzCheck(f *testing.F) {
 // down, as the decoders built on them do, and returns the index after it,
 // or -1.
 func walk(d []byte, at, depth int, elements *[][]byte) int {
+	return walkWith(JSONMembers, d, at, depth, elements)
+}
+
+func walkWith(members func([]byte, int, int, func([]byte, int) int) (int, bool), d []byte, at, depth int, elements *[][]byte) int {
 	if at >= len(d) {
 		return -1
 	}
 	switch d[at] {
 	case '{':
-		end, ok := JSONMembers(d, at, depth, func(_ []byte, at int) int { return walk(d, at, depth+1, nil) })
+		end, ok := members(d, at, depth, func(_ []byte, at int) int { return walkWith(members, d, at, depth+1, nil) })
 		if !ok {
 			return -1
 		}
 		return end
 	case '[':
 		end, ok := JSONElements(d, at, depth, func(at int) int {
-			end := walk(d, at, depth+1, nil)
+			end := walkWith(members, d, at, depth+1, nil)
 			if elements != nil && end >= 0 {
 				*elements = append(*elements, d[at:end])
 			}
@@ -102,7 +106,8 @@ func walk(d []byte, at, depth int, elements *[][]byte) int {
 }
 
 // FuzzWalk checks that JSONMembers and JSONElements accept exactly what
-// json.Valid accepts (but keys with escapes, which they refuse) and find
+// json.Valid accepts (but keys with escapes, which they refuse), that
+// with JSONMembersUnescaped they accept exactly that, and that they find
 // the elements encoding/json finds.
 func FuzzWalk(f *testing.F) {
 	for _, s := range seeds {
@@ -115,6 +120,10 @@ func FuzzWalk(f *testing.F) {
 		valid := json.Valid(d)
 		if walked && !valid || !walked && valid && !bytes.Contains(d, []byte{'\\'}) {
 			t.Fatalf("the walk of %q is %v, json.Valid says %v", d, walked, valid)
+		}
+		end = walkWith(JSONMembersUnescaped, d, SkipJSONSpace(d, 0), 0, nil)
+		if unescaped := end >= 0 && SkipJSONSpace(d, end) == len(d); unescaped != valid {
+			t.Fatalf("the walk of %q with JSONMembersUnescaped is %v, json.Valid says %v", d, unescaped, valid)
 		}
 		if !walked || d[SkipJSONSpace(d, 0)] != '[' {
 			return

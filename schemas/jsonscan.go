@@ -10,11 +10,10 @@ import (
 	"unicode/utf8"
 )
 
-// This file holds the decoders' JSON plumbing. A record value is checked
-// once with json.Valid; the functions below then walk the known-valid
-// bytes without allocating, hand out each member's raw value and convert
-// scalar values with errors that name the field. Walking valid JSON only
-// needs to track strings and nesting, which is why it is this short.
+// This file holds what the decoders need around the toolkit's walkers
+// (json.go): the paths and messages of their errors, the members they
+// bind by name, and the conversion of scalar values with errors that name
+// the field.
 
 // at locates an object in a record for error messages: the record itself,
 // a nested object ("base", "mutation") or an element of an array
@@ -117,151 +116,6 @@ func got(raw []byte) string {
 	return "string " + preview(raw)
 }
 
-func skipSpace(d []byte, i int) int {
-	for i < len(d) {
-		switch d[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// endString returns the index after the string that starts at d[i].
-func endString(d []byte, i int) int {
-	for i++; i < len(d); i++ {
-		switch d[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(d)
-}
-
-// endValue returns the index after the value that starts at d[i].
-func endValue(d []byte, i int) int {
-	switch d[i] {
-	case '"':
-		return endString(d, i)
-	case '{', '[':
-		depth := 0
-		for i < len(d) {
-			switch d[i] {
-			case '"':
-				i = endString(d, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(d)
-	}
-	for ; i < len(d); i++ {
-		switch d[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-	}
-	return len(d)
-}
-
-// members calls fn with the key and the raw value of each member of the
-// valid JSON object obj, in order.
-func members(obj []byte, fn func(key []byte, val []byte) error) error {
-	i := skipSpace(obj, 0) + 1 // '{'
-	i = skipSpace(obj, i)
-	if i >= len(obj) || obj[i] == '}' {
-		return nil
-	}
-	for i < len(obj) {
-		ke := endString(obj, i)
-		key := obj[i+1 : ke-1]
-		if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
-			var s string
-			if err := json.Unmarshal(obj[i:ke], &s); err != nil {
-				return err // unreachable: obj is valid JSON
-			}
-			key = []byte(s)
-		}
-		i = skipSpace(obj, ke) + 1 // ':'
-		i = skipSpace(obj, i)
-		ve := endValue(obj, i)
-		if err := fn(key, obj[i:ve]); err != nil {
-			return err
-		}
-		i = skipSpace(obj, ve)
-		if i >= len(obj) || obj[i] != ',' {
-			return nil
-		}
-		i = skipSpace(obj, i+1)
-	}
-	return nil
-}
-
-// elements calls fn with each element of the valid JSON array arr.
-func elements(arr []byte, fn func(i int, val []byte) error) error {
-	i := skipSpace(arr, 0) + 1 // '['
-	i = skipSpace(arr, i)
-	if i >= len(arr) || arr[i] == ']' {
-		return nil
-	}
-	for n := 0; i < len(arr); n++ {
-		ve := endValue(arr, i)
-		if err := fn(n, arr[i:ve]); err != nil {
-			return err
-		}
-		i = skipSpace(arr, ve)
-		if i >= len(arr) || arr[i] != ',' {
-			return nil
-		}
-		i = skipSpace(arr, i+1)
-	}
-	return nil
-}
-
-// fieldSet is the known members of one kind of object, in declaration
-// order.
-type fieldSet struct {
-	names []string
-	index map[string]int
-}
-
-func newFieldSet(names ...string) *fieldSet {
-	fs := &fieldSet{names: names, index: make(map[string]int, len(names))}
-	for i, n := range names {
-		fs.index[n] = i
-	}
-	return fs
-}
-
-// split puts the raw value of each known member of obj into vals, indexed
-// like fs.names, and ignores unknown members (forward compatibility
-// within a major). A known member that appears twice is an error: readers
-// that keep the first and readers that keep the last would disagree.
-func (fs *fieldSet) split(obj []byte, a at, vals [][]byte) error {
-	return members(obj, func(key, val []byte) error {
-		i, ok := fs.index[string(key)]
-		if !ok {
-			return nil
-		}
-		if vals[i] != nil {
-			return a.errorf(fs.names[i], "appears more than once: keep one")
-		}
-		vals[i] = val
-		return nil
-	})
-}
-
 // The typed readers below take the raw value of a member, or nil when the
 // member is absent, and return an error naming a.field(name).
 
@@ -279,18 +133,6 @@ func wantArray(raw []byte, a at, name string) error {
 	return nil
 }
 
-// unquote converts a raw JSON string. Invalid UTF-8 becomes U+FFFD, as
-// with encoding/json.
-func unquote(raw []byte) string {
-	s := raw[1 : len(raw)-1]
-	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
-		return string(s)
-	}
-	var out string
-	_ = json.Unmarshal(raw, &out) // raw is a valid JSON string
-	return out
-}
-
 func str(raw []byte, a at, name string, required bool) (string, error) {
 	if raw == nil {
 		if required {
@@ -304,7 +146,8 @@ func str(raw []byte, a at, name string, required bool) (string, error) {
 	if raw[0] != '"' {
 		return "", a.errorf(name, "must be a string, got %s", got(raw))
 	}
-	return unquote(raw), nil
+	v, _ := JSONString(raw)
+	return v, nil
 }
 
 // parseInteger reads a JSON number written as an integer: no fraction and
@@ -394,29 +237,207 @@ func intField(raw []byte, a at, name string, lo, hi int64, required bool) (int64
 	return 0, intErr(raw, a, name, strconv.FormatInt(lo, 10), his, required)
 }
 
-// rawJSON copies a raw value without insignificant whitespace, which is
-// how encoding/json writes a json.RawMessage: decoding an encoding then
-// gives back the same bytes.
-func rawJSON(raw []byte) json.RawMessage {
-	if compact(raw) {
-		return bytes.Clone(raw)
+// jsonValue is the raw value of a member that is kept as JSON (args,
+// meta, a scalar), and whether it is compact.
+type jsonValue struct {
+	raw     []byte
+	compact bool
+}
+
+// copy copies the value without insignificant whitespace, which is how
+// encoding/json writes a json.RawMessage: decoding an encoding then gives
+// back the same bytes.
+func (v jsonValue) copy() json.RawMessage {
+	if v.compact {
+		return bytes.Clone(v.raw)
 	}
 	var b bytes.Buffer
-	b.Grow(len(raw))
-	_ = json.Compact(&b, raw) // raw is valid JSON
+	b.Grow(len(v.raw))
+	_ = json.Compact(&b, v.raw) // raw is valid JSON
 	return b.Bytes()
 }
 
-// compact reports whether the valid JSON raw has no whitespace outside
-// its strings.
-func compact(raw []byte) bool {
-	for i := 0; i < len(raw); i++ {
-		switch raw[i] {
-		case '"':
-			i = endString(raw, i) - 1
-		case ' ', '\t', '\r', '\n':
-			return false
-		}
+// bound is what every members struct shares: the first known member
+// that appeared twice. Readers that keep the first and readers that keep
+// the last would disagree on it, so it is an error, reported before any
+// other of the object.
+type bound struct{ dup string }
+
+// set binds val to the member name, whose slot is *dst.
+func (b *bound) set(dst *[]byte, name string, val []byte) {
+	if *dst != nil && b.dup == "" {
+		b.dup = name
 	}
-	return true
+	*dst = val
+}
+
+// value checks the value at d[at], inside depth objects and arrays, binds
+// it to name and returns the index after it, or -1.
+func (b *bound) value(dst *[]byte, name string, d []byte, at, depth int) int {
+	end, _ := CheckJSONValue(d, at, depth)
+	if end >= 0 {
+		b.set(dst, name, d[at:end])
+	}
+	return end
+}
+
+// json is value for a member kept as JSON.
+func (b *bound) json(dst *jsonValue, name string, d []byte, at, depth int) int {
+	end, compact := CheckJSONValue(d, at, depth)
+	if end >= 0 {
+		b.set(&dst.raw, name, d[at:end])
+		dst.compact = compact
+	}
+	return end
+}
+
+// nest is value for a member that holds an object or an array, which
+// starts with open: walk reads it, binding what is inside as it checks
+// it. A value of another type is bound as it is, for the type error.
+func (b *bound) nest(dst *[]byte, name string, d []byte, at, depth int, open byte, walk func(d []byte, at, depth int) (int, bool)) int {
+	if at >= len(d) || d[at] != open {
+		return b.value(dst, name, d, at, depth)
+	}
+	end, ok := walk(d, at, depth)
+	if !ok {
+		return -1
+	}
+	b.set(dst, name, d[at:end])
+	return end
+}
+
+// dupErr is the error of a member that appeared twice, or nil.
+func (b *bound) dupErr(a at) error {
+	if b.dup == "" {
+		return nil
+	}
+	return a.errorf(b.dup, "appears more than once: keep one")
+}
+
+// skip checks the value of a member the decoders do not know: they
+// ignore it (forward compatibility within a major).
+func skip(d []byte, at, depth int) int {
+	end, _ := CheckJSONValue(d, at, depth)
+	return end
+}
+
+// stringsMember binds an array of strings (chunk hashes).
+type stringsMember struct {
+	raw   []byte
+	vals  []string
+	bad   []byte // the first element that is not a string
+	badAt int
+}
+
+func (s *stringsMember) walk(d []byte, at, depth int) (int, bool) {
+	s.vals, s.bad = nil, nil
+	n := 0
+	return JSONElements(d, at, depth, func(at int) int {
+		end, _ := CheckJSONValue(d, at, depth+1)
+		switch {
+		case end < 0 || s.bad != nil:
+		case d[at] != '"':
+			s.bad, s.badAt = d[at:end], n
+		default:
+			v, _ := JSONString(d[at:end])
+			s.vals = append(s.vals, v)
+		}
+		n++
+		return end
+	})
+}
+
+// parse reads the array member name, if present.
+func (s *stringsMember) parse(c *conv, name string) []string {
+	if c.err != nil || s.raw == nil {
+		return nil
+	}
+	if c.err = wantArray(s.raw, c.a, name); c.err != nil {
+		return nil
+	}
+	if s.bad != nil {
+		c.err = c.a.errorf(name+"["+strconv.Itoa(s.badAt)+"]", "must be a string, got %s", got(s.bad))
+		return nil
+	}
+	return s.vals
+}
+
+// conv converts the bound members of the object at a in declaration
+// order and keeps the first error: once there is one, the conversions
+// that follow do nothing (the record is refused).
+type conv struct {
+	a   at
+	err error
+}
+
+func (c *conv) str(raw []byte, name string, required bool) string {
+	if c.err != nil {
+		return ""
+	}
+	s, err := str(raw, c.a, name, required)
+	c.err = err
+	return s
+}
+
+func (c *conv) uint(raw []byte, name string, lo uint64, required bool) uint64 {
+	if c.err != nil {
+		return 0
+	}
+	n, err := uintField(raw, c.a, name, lo, required)
+	c.err = err
+	return n
+}
+
+func (c *conv) int(raw []byte, name string, lo, hi int64, required bool) int64 {
+	if c.err != nil {
+		return 0
+	}
+	n, err := intField(raw, c.a, name, lo, hi, required)
+	c.err = err
+	return n
+}
+
+// args reads the required args member; missing says what to send.
+func (c *conv) args(v jsonValue, missing string) json.RawMessage {
+	switch {
+	case c.err != nil:
+		return nil
+	case v.raw == nil:
+		c.err = c.a.errorf("args", "is required but missing: %s", missing)
+		return nil
+	}
+	return v.copy()
+}
+
+// object starts the conversion of the object member name, bound to raw
+// with the members of b. ok is false when there is nothing to convert:
+// an error before, raw absent, or raw not an object (an error).
+func (c *conv) object(raw []byte, name string, b *bound) (_ conv, ok bool) {
+	if c.err != nil || raw == nil {
+		return conv{}, false
+	}
+	if c.err = wantObject(raw, c.a, name); c.err != nil {
+		return conv{}, false
+	}
+	a := c.a.child(name)
+	return conv{a: a, err: b.dupErr(a)}, true
+}
+
+// collection checks the required member name, an object or an array
+// (open) that the walk converted with the first error err; ok is false
+// on an error.
+func (c *conv) collection(raw []byte, name string, open byte, err error) (ok bool) {
+	switch {
+	case c.err != nil:
+	case raw == nil:
+		c.err = c.a.missing(name)
+	case open == '{':
+		c.err = wantObject(raw, c.a, name)
+	default:
+		c.err = wantArray(raw, c.a, name)
+	}
+	if c.err == nil {
+		c.err = err
+	}
+	return c.err == nil
 }

@@ -114,7 +114,7 @@ func validateArgs(args json.RawMessage, l Limits, a at, checkJSON bool) error {
 	if len(args) > l.MaxArgsBytes {
 		return tooLarge(a.field("args"), len(args), l.MaxArgsBytes, "MaxArgsBytes")
 	}
-	if checkJSON && len(args) > 0 && !jsonValid(args) {
+	if checkJSON && len(args) > 0 && !ValidJSON(args) {
 		return a.errorf("args", "is not valid JSON: %s", preview(args))
 	}
 	if !utf8.Valid(args) {

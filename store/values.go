@@ -235,29 +235,12 @@ func appendScalarsJSON(b []byte, scalars map[string]json.RawMessage) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, name)
+			b = schemas.AppendJSONString(b, name, false)
 			b = append(b, ':')
 			b = append(b, scalars[name]...)
 		}
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
 
 // appendVersionBody appends the version without its timestamp, scalars
