@@ -21,9 +21,9 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/testenv"
-	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // fanout is a live server without Kafka: the benchmark publishes into its
@@ -345,7 +345,7 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.close()
-		c.expect(TypeHello)
+		c.expect(wire.TypeHello)
 		readers.Go(func() {
 			for got := 0; got < b.N; {
 				_ = c.ws.SetReadDeadline(time.Now().Add(time.Minute))
@@ -357,8 +357,8 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 					return
 				}
 				now := time.Now()
-				var v VersionMessage
-				if err := json.Unmarshal(raw, &v); err != nil || v.Type != TypeVersion {
+				var v wire.VersionMessage
+				if err := json.Unmarshal(raw, &v); err != nil || v.Type != wire.TypeVersion {
 					continue
 				}
 				mu.Lock()
@@ -402,7 +402,7 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 				mu.Lock()
 				sent[key{p, id}] = t0
 				mu.Unlock()
-				_, perr := e.prod.Push(ctx, claims[p], "acme", fmt.Sprintf("bp%d", p), producer.PushRequest{ClientGroup: "g", Mutations: []producer.PushMutation{
+				_, perr := e.prod.Push(ctx, claims[p], "acme", fmt.Sprintf("bp%d", p), wire.PushRequest{ClientGroup: "g", Mutations: []wire.PushMutation{
 					{Client: "c", ID: id, Name: "item.put", Args: json.RawMessage(fmt.Sprintf(`{"collection":"c","id":"x","data":%d}`, id))}}})
 				if perr != nil {
 					b.Error(perr)
