@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -41,18 +42,24 @@ type fanout struct {
 	pub [][]atomic.Int64
 }
 
-func newFanout(b *testing.B, projects, subsPerProject, versions int) *fanout {
+func newFanout(b *testing.B, projects, subsPerProject, versions int, prepared bool) *fanout {
 	b.Helper()
 	st, err := store.Open(store.Config{Dir: b.TempDir(), Partitions: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = st.Close() })
+	// The writers send a version only once the store holds its changelog
+	// offset; the hub gets versions without a store, whose offset is set
+	// past them all.
+	if err := st.Apply(0, nil, int64(versions)+1); err != nil {
+		b.Fatal(err)
+	}
 	keys := auth.NewKeyset()
 	if err := keys.Generate("k"); err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Config{Store: st, Keys: keys.VerifyOnly(), Registerer: prometheus.NewRegistry(), QueueSize: 4096})
+	s, err := New(Config{Store: st, Keys: keys.VerifyOnly(), Registerer: prometheus.NewRegistry(), QueueSize: 4096, writePrepared: prepared})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -192,25 +199,39 @@ func BenchmarkFanOut(b *testing.B) {
 		projects, perProj int
 	}{{"1project-1000subs", 1, 1000}, {"1000projects-1sub", 1000, 1}} {
 		for _, mode := range fanoutModes {
-			b.Run(shape.name+"/"+mode.name, func(b *testing.B) {
-				f := newFanout(b, shape.projects, shape.perProj, b.N)
-				f.run(b, shape.projects, b.N, mode.tick, fanoutWindow)
-			})
+			for _, w := range writers {
+				b.Run(shape.name+"/"+mode.name+"/"+w.name, func(b *testing.B) {
+					f := newFanout(b, shape.projects, shape.perProj, b.N, w.prepared)
+					f.run(b, shape.projects, b.N, mode.tick, fanoutWindow)
+				})
+			}
 		}
 	}
 }
 
-// The baseline: the same bytes written as prepared messages to the same
-// number of loopback websockets by one goroutine per connection, without
-// the hub, queues or subscription logic, as fast as the slowest client
-// drains ("max") or a round every 5ms ("200k"), like BenchmarkFanOut.
+// The baseline: the same bytes written to the same number of loopback
+// websockets by one goroutine per connection, without the hub, queues or
+// subscription logic, as fast as the slowest client drains ("max") or a
+// round every 5ms ("200k"), like BenchmarkFanOut; as gorilla's prepared
+// messages ("prepared") or as frames written to the connection
+// ("frames"), what a subscriber's writer has queued in one writev.
 func BenchmarkRawWrites(b *testing.B) {
 	for _, mode := range fanoutModes {
-		b.Run(mode.name, func(b *testing.B) { rawWrites(b, mode.tick, fanoutWindow) })
+		for _, w := range writers {
+			b.Run(mode.name+"/"+w.name, func(b *testing.B) { rawWrites(b, mode.tick, fanoutWindow, w.prepared) })
+		}
 	}
 }
 
-func rawWrites(b *testing.B, tick time.Duration, window int) {
+// writers are the two ways of writing a message encoded once to many
+// sockets: gorilla's prepared messages, or frames made by the hub and
+// written beside the library, several in one writev.
+var writers = []struct {
+	name     string
+	prepared bool
+}{{"frames", false}, {"prepared", true}}
+
+func rawWrites(b *testing.B, tick time.Duration, window int, prepared bool) {
 	const conns = 1000
 	up := websocket.Upgrader{WriteBufferPool: &sync.Pool{}}
 	serverConns := make(chan *websocket.Conn, conns)
@@ -238,17 +259,44 @@ func rawWrites(b *testing.B, tick time.Duration, window int) {
 		}
 	}()
 	pms := make([]*websocket.PreparedMessage, b.N+1)
+	frames := make([][]byte, b.N+1)
 	for v := 1; v <= b.N; v++ {
 		msg, _ := encodeVersion(benchVersion(0, uint64(v)))
-		pms[v], _ = websocket.NewPreparedMessage(websocket.TextMessage, msg)
+		if prepared {
+			pms[v], _ = websocket.NewPreparedMessage(websocket.TextMessage, msg)
+		} else {
+			frames[v] = textFrame(msg)
+		}
 	}
 	queues := make([]chan int, conns)
 	var writers sync.WaitGroup
 	for i, ws := range server {
 		queues[i] = make(chan int, 4096)
 		writers.Go(func() {
+			var batch net.Buffers
 			for v := range queues[i] {
-				if err := ws.WritePreparedMessage(pms[v]); err != nil {
+				if prepared {
+					if err := ws.WritePreparedMessage(pms[v]); err != nil {
+						panic(err)
+					}
+					continue
+				}
+				// What is queued goes in one writev, as a subscriber's
+				// writer does.
+				batch = append(batch[:0], frames[v])
+				for more := true; more; {
+					select {
+					case v, ok := <-queues[i]:
+						if !ok {
+							more = false
+							break
+						}
+						batch = append(batch, frames[v])
+					default:
+						more = false
+					}
+				}
+				if _, err := batch.WriteTo(ws.NetConn()); err != nil {
 					panic(err)
 				}
 			}
@@ -325,8 +373,14 @@ func BenchmarkHubPublish(b *testing.B) {
 // measures from the push call to the version message carrying the
 // mutation.
 func BenchmarkPushToWebsocket(b *testing.B) {
+	for _, w := range writers {
+		b.Run(w.name, func(b *testing.B) { pushToWebsocket(b, w.prepared) })
+	}
+}
+
+func pushToWebsocket(b *testing.B, prepared bool) {
 	k := testenv.NewKafka(b)
-	e := newEnv(b, k.Brokers, k.Topic(b, ""), 3, nil)
+	e := newEnv(b, k.Brokers, k.Topic(b, ""), 3, func(c *Config) { c.writePrepared = prepared })
 	const projects = 10
 	tok := e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead)
 	type key struct {

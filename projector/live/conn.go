@@ -36,6 +36,7 @@ type conn struct {
 	lastSent uint64
 	spare    []entry
 	batch    [][]byte
+	pms      []*websocket.PreparedMessage
 
 	replies  chan []byte
 	quit     chan struct{} // closed when the writer stops taking replies
@@ -339,7 +340,11 @@ func (c *conn) drain() (*closeReason, error) {
 			c.lastSent = e.version
 			versions++
 		}
-		c.batch = append(c.batch, e.frame)
+		if e.pm != nil {
+			c.pms = append(c.pms, e.pm)
+		} else {
+			c.batch = append(c.batch, e.frame)
+		}
 	}
 	return nil, c.flush(versions)
 }
@@ -350,6 +355,9 @@ func (c *conn) drain() (*closeReason, error) {
 // writes only control frames (pong, close) from other goroutines, which
 // may come between data frames.
 func (c *conn) flush(versions int) error {
+	if len(c.pms) > 0 {
+		return c.flushPrepared(versions)
+	}
 	if len(c.batch) == 0 {
 		return nil
 	}
@@ -364,6 +372,22 @@ func (c *conn) flush(versions int) error {
 	c.s.m.sentOther.Add(float64(len(c.batch) - versions))
 	clear(c.batch)
 	c.batch = c.batch[:0]
+	return nil
+}
+
+// flushPrepared writes the batched prepared messages, one system call
+// each.
+func (c *conn) flushPrepared(versions int) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	for _, pm := range c.pms {
+		if err := c.ws.WritePreparedMessage(pm); err != nil {
+			return err
+		}
+	}
+	c.s.m.sentVersion.Add(float64(versions))
+	c.s.m.sentOther.Add(float64(len(c.pms) - versions))
+	clear(c.pms)
+	c.pms = c.pms[:0]
 	return nil
 }
 

@@ -7,7 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/canon-sync/canon/internal/changelog"
+	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/wire"
 )
 
@@ -22,6 +25,9 @@ type entry struct {
 	version uint64
 	offset  int64
 	frame   []byte
+	// pm is the message as gorilla's prepared message instead of frame,
+	// when the hub prepares them (hub.prepared).
+	pm *websocket.PreparedMessage
 }
 
 // subscriber is one connection's bounded queue. The hub appends to it,
@@ -111,6 +117,9 @@ type hub struct {
 	// for the store to give it.
 	next map[int32]*atomic.Int64
 	now  func() time.Time
+	// prepared makes entries gorilla's prepared messages rather than
+	// frames (BenchmarkFanOut compares the two).
+	prepared bool
 }
 
 func newHub(partitions []int32, m *metrics, log *slog.Logger, now func() time.Time) *hub {
@@ -198,20 +207,20 @@ func (h *hub) publishVersion(ev changelog.Event) {
 	h.mu.RLock()
 	listened := len(h.subs[key][v.Branch]) > 0
 	h.mu.RUnlock()
-	var frame []byte
+	var e entry
 	if listened {
-		frame = h.prepared(versionFrame(v))
+		e = h.versionEntry(v)
 	}
 
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	set := h.subs[key][v.Branch]
-	if len(set) > 0 && frame == nil {
+	if len(set) > 0 && !e.ok() {
 		// A subscriber came in between: encode under the lock, rarely.
-		frame = h.prepared(versionFrame(v))
+		e = h.versionEntry(v)
 	}
-	if frame != nil {
-		e := entry{version: v.Version, offset: ev.Offset, frame: frame}
+	if e.ok() {
+		e.version, e.offset = v.Version, ev.Offset
 		for s := range set {
 			if !s.push(e) {
 				h.m.overflows.Inc()
@@ -238,11 +247,10 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	if len(branches) == 0 {
 		return
 	}
-	frame := h.prepare(wire.EncodeRejected(ev.Rejected))
-	if frame == nil {
+	e := h.prepare(wire.EncodeRejected(ev.Rejected))
+	if !e.ok() {
 		return
 	}
-	e := entry{frame: frame}
 	for _, set := range branches {
 		for s := range set {
 			if !s.push(e) {
@@ -252,25 +260,41 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	}
 }
 
-// prepare frames an encoded message once for all its subscribers.
-func (h *hub) prepare(b []byte, err error) []byte {
-	if err == nil {
-		return textFrame(b)
+// ok reports whether e holds a message.
+func (e entry) ok() bool { return e.frame != nil || e.pm != nil }
+
+// versionEntry encodes and frames a version once for all its subscribers.
+func (h *hub) versionEntry(v *schemas.Version) entry {
+	if h.prepared {
+		return h.prepare(wire.EncodeVersion(v))
 	}
-	return h.prepared(nil, err)
+	frame, err := versionFrame(v)
+	return h.entry(entry{frame: frame}, err)
 }
 
-// prepared is a frame, or nil after reporting why it could not be made.
-func (h *hub) prepared(frame []byte, err error) []byte {
+// prepare frames an encoded message once for all its subscribers.
+func (h *hub) prepare(b []byte, err error) entry {
+	if err != nil {
+		return h.entry(entry{}, err)
+	}
+	if h.prepared {
+		pm, err := websocket.NewPreparedMessage(websocket.TextMessage, b)
+		return h.entry(entry{pm: pm}, err)
+	}
+	return entry{frame: textFrame(b)}
+}
+
+// entry is e, or no entry after reporting why it could not be made.
+func (h *hub) entry(e entry, err error) entry {
 	if err == nil {
-		return frame
+		return e
 	}
 	// Encoding a decoded record cannot fail; if it ever does, say so
 	// loudly rather than deliver a gap silently: subscribers fill it from
 	// the store when the next version comes.
 	h.m.undecodable.Inc()
 	h.log.Error("encode live message", "err", err)
-	return nil
+	return entry{}
 }
 
 // textFrame is payload as one unmasked, unfragmented websocket text frame,

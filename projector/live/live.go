@@ -112,6 +112,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock for tokens; nil is time.Now.
 	Now func() time.Time
+
+	// writePrepared queues gorilla's prepared messages rather than frames
+	// (BenchmarkFanOut compares the two).
+	writePrepared bool
 }
 
 func (c *Config) setDefaults() {
@@ -224,6 +228,7 @@ func New(cfg Config) (*Server, error) {
 		s.upgrader.CheckOrigin = func(*http.Request) bool { return true }
 	}
 	s.hub = newHub(cfg.Partitions, s.m, cfg.Log, cfg.Now)
+	s.hub.prepared = cfg.writePrepared
 	for _, p := range cfg.Partitions {
 		off, ok, err := cfg.Store.Offset(p)
 		if err != nil {
