@@ -42,7 +42,7 @@ type fanout struct {
 	pub [][]atomic.Int64
 }
 
-func newFanout(b *testing.B, projects, subsPerProject, versions int, prepared bool) *fanout {
+func newFanout(b *testing.B, projects, subsPerProject, versions int) *fanout {
 	b.Helper()
 	st, err := store.Open(store.Config{Dir: b.TempDir(), Partitions: 1})
 	if err != nil {
@@ -59,7 +59,7 @@ func newFanout(b *testing.B, projects, subsPerProject, versions int, prepared bo
 	if err := keys.Generate("k"); err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Config{Store: st, Keys: keys.VerifyOnly(), Registerer: prometheus.NewRegistry(), QueueSize: 4096, writePrepared: prepared})
+	s, err := New(Config{Store: st, Keys: keys.VerifyOnly(), Registerer: prometheus.NewRegistry(), QueueSize: 4096})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -199,12 +199,10 @@ func BenchmarkFanOut(b *testing.B) {
 		projects, perProj int
 	}{{"1project-1000subs", 1, 1000}, {"1000projects-1sub", 1000, 1}} {
 		for _, mode := range fanoutModes {
-			for _, w := range writers {
-				b.Run(shape.name+"/"+mode.name+"/"+w.name, func(b *testing.B) {
-					f := newFanout(b, shape.projects, shape.perProj, b.N, w.prepared)
-					f.run(b, shape.projects, b.N, mode.tick, fanoutWindow)
-				})
-			}
+			b.Run(shape.name+"/"+mode.name, func(b *testing.B) {
+				f := newFanout(b, shape.projects, shape.perProj, b.N)
+				f.run(b, shape.projects, b.N, mode.tick, fanoutWindow)
+			})
 		}
 	}
 }
@@ -224,8 +222,8 @@ func BenchmarkRawWrites(b *testing.B) {
 }
 
 // writers are the two ways of writing a message encoded once to many
-// sockets: gorilla's prepared messages, or frames made by the hub and
-// written beside the library, several in one writev.
+// sockets: gorilla's prepared messages, or frames written beside the
+// library, several in one writev, which is what the server does.
 var writers = []struct {
 	name     string
 	prepared bool
@@ -373,14 +371,8 @@ func BenchmarkHubPublish(b *testing.B) {
 // measures from the push call to the version message carrying the
 // mutation.
 func BenchmarkPushToWebsocket(b *testing.B) {
-	for _, w := range writers {
-		b.Run(w.name, func(b *testing.B) { pushToWebsocket(b, w.prepared) })
-	}
-}
-
-func pushToWebsocket(b *testing.B, prepared bool) {
 	k := testenv.NewKafka(b)
-	e := newEnv(b, k.Brokers, k.Topic(b, ""), 3, func(c *Config) { c.writePrepared = prepared })
+	e := newEnv(b, k.Brokers, k.Topic(b, ""), 3, nil)
 	const projects = 10
 	tok := e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead)
 	type key struct {

@@ -7,10 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/canon-sync/canon/internal/changelog"
-	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/wire"
 )
 
@@ -25,9 +22,6 @@ type entry struct {
 	version uint64
 	offset  int64
 	frame   []byte
-	// pm is the message as gorilla's prepared message instead of frame,
-	// when the hub prepares them (hub.prepared).
-	pm *websocket.PreparedMessage
 }
 
 // subscriber is one connection's bounded queue. The hub appends to it,
@@ -117,9 +111,6 @@ type hub struct {
 	// for the store to give it.
 	next map[int32]*atomic.Int64
 	now  func() time.Time
-	// prepared makes entries gorilla's prepared messages rather than
-	// frames (BenchmarkFanOut compares the two).
-	prepared bool
 }
 
 func newHub(partitions []int32, m *metrics, log *slog.Logger, now func() time.Time) *hub {
@@ -207,20 +198,20 @@ func (h *hub) publishVersion(ev changelog.Event) {
 	h.mu.RLock()
 	listened := len(h.subs[key][v.Branch]) > 0
 	h.mu.RUnlock()
-	var e entry
+	var frame []byte
 	if listened {
-		e = h.versionEntry(v)
+		frame = h.prepared(versionFrame(v))
 	}
 
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	set := h.subs[key][v.Branch]
-	if len(set) > 0 && !e.ok() {
+	if len(set) > 0 && frame == nil {
 		// A subscriber came in between: encode under the lock, rarely.
-		e = h.versionEntry(v)
+		frame = h.prepared(versionFrame(v))
 	}
-	if e.ok() {
-		e.version, e.offset = v.Version, ev.Offset
+	if frame != nil {
+		e := entry{version: v.Version, offset: ev.Offset, frame: frame}
 		for s := range set {
 			if !s.push(e) {
 				h.m.overflows.Inc()
@@ -247,10 +238,11 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	if len(branches) == 0 {
 		return
 	}
-	e := h.prepare(wire.EncodeRejected(ev.Rejected))
-	if !e.ok() {
+	frame := h.prepare(wire.EncodeRejected(ev.Rejected))
+	if frame == nil {
 		return
 	}
+	e := entry{frame: frame}
 	for _, set := range branches {
 		for s := range set {
 			if !s.push(e) {
@@ -260,41 +252,25 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	}
 }
 
-// ok reports whether e holds a message.
-func (e entry) ok() bool { return e.frame != nil || e.pm != nil }
-
-// versionEntry encodes and frames a version once for all its subscribers.
-func (h *hub) versionEntry(v *schemas.Version) entry {
-	if h.prepared {
-		return h.prepare(wire.EncodeVersion(v))
-	}
-	frame, err := versionFrame(v)
-	return h.entry(entry{frame: frame}, err)
-}
-
 // prepare frames an encoded message once for all its subscribers.
-func (h *hub) prepare(b []byte, err error) entry {
-	if err != nil {
-		return h.entry(entry{}, err)
+func (h *hub) prepare(b []byte, err error) []byte {
+	if err == nil {
+		return textFrame(b)
 	}
-	if h.prepared {
-		pm, err := websocket.NewPreparedMessage(websocket.TextMessage, b)
-		return h.entry(entry{pm: pm}, err)
-	}
-	return entry{frame: textFrame(b)}
+	return h.prepared(nil, err)
 }
 
-// entry is e, or no entry after reporting why it could not be made.
-func (h *hub) entry(e entry, err error) entry {
+// prepared is a frame, or nil after reporting why it could not be made.
+func (h *hub) prepared(frame []byte, err error) []byte {
 	if err == nil {
-		return e
+		return frame
 	}
 	// Encoding a decoded record cannot fail; if it ever does, say so
 	// loudly rather than deliver a gap silently: subscribers fill it from
 	// the store when the next version comes.
 	h.m.undecodable.Inc()
 	h.log.Error("encode live message", "err", err)
-	return entry{}
+	return nil
 }
 
 // textFrame is payload as one unmasked, unfragmented websocket text frame,

@@ -112,10 +112,6 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock for tokens; nil is time.Now.
 	Now func() time.Time
-
-	// writePrepared queues gorilla's prepared messages rather than frames
-	// (BenchmarkFanOut compares the two).
-	writePrepared bool
 }
 
 func (c *Config) setDefaults() {
@@ -219,8 +215,9 @@ func New(cfg Config) (*Server, error) {
 		HandshakeTimeout: cfg.WriteTimeout,
 		ReadBufferSize:   4 << 10,
 		WriteBufferSize:  4 << 10,
-		// Versions are written as prepared messages, which skip the write
-		// buffer: pool it rather than hold 4 KiB per idle connection.
+		// Versions are written as frames beside the library, which skip
+		// the write buffer: pool it rather than hold 4 KiB per idle
+		// connection.
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     cfg.CheckOrigin,
 	}
@@ -228,7 +225,6 @@ func New(cfg Config) (*Server, error) {
 		s.upgrader.CheckOrigin = func(*http.Request) bool { return true }
 	}
 	s.hub = newHub(cfg.Partitions, s.m, cfg.Log, cfg.Now)
-	s.hub.prepared = cfg.writePrepared
 	for _, p := range cfg.Partitions {
 		off, ok, err := cfg.Store.Offset(p)
 		if err != nil {
