@@ -8,9 +8,9 @@
 //	w.Add("item.put", map[string]any{"collection": "tasks", "id": "t1", "data": map[string]any{"title": "Ship"}})
 //	outcomes, err := w.Flush(ctx)
 //
-// Only the standard library is used (and Canon's schemas, which uses only
-// the standard library too), so programs that push to Canon do not link
-// Kafka or Pebble.
+// Only the standard library is used (and Canon's wire and schemas, which
+// use only the standard library too), so programs that push to Canon do
+// not link Kafka or Pebble.
 package client
 
 import (
@@ -26,88 +26,43 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/canon-sync/canon/wire"
 )
 
-// Mutation is one mutation of a push.
-type Mutation struct {
-	Client string          `json:"client"`
-	ID     uint64          `json:"id"`
-	Name   string          `json:"name"`
-	Args   json.RawMessage `json:"args"`
-	// TS is the client's clock in milliseconds; optional.
-	TS int64 `json:"ts,omitempty"`
-}
-
-// Push is the body of a push: mutations of one client group on one
-// branch of a project.
-type Push struct {
-	Branch      string     `json:"branch,omitempty"`
-	ClientGroup string     `json:"clientGroup"`
-	Mutations   []Mutation `json:"mutations"`
-}
-
-// Written is where Kafka acknowledged a mutation.
-type Written struct {
-	Client    string `json:"client"`
-	ID        uint64 `json:"id"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-}
+// The wire types of a push, as the wire package declares them (and the
+// server decodes them).
+type (
+	// Push is the body of a push: mutations of one client group on one
+	// branch of a project.
+	Push = wire.PushRequest
+	// Mutation is one mutation of a push.
+	Mutation = wire.PushMutation
+	// Result answers a push: where Kafka wrote each mutation, and with
+	// PushOptions.Wait their outcomes.
+	Result = wire.PushResponse
+	// Written is where Kafka acknowledged a mutation.
+	Written = wire.Written
+	// Outcome is what became of a mutation (a push with Wait).
+	Outcome = wire.Outcome
+	// Error is Canon's error answer, with the HTTP status and the
+	// Retry-After seconds (for 429 and 503).
+	Error = wire.Error
+)
 
 // Outcome statuses.
 const (
-	Applied   = "applied"
-	Errored   = "error"
-	Duplicate = "duplicate"
-	Rejected  = "rejected"
-	Timeout   = "timeout"
+	Applied   = wire.OutcomeApplied
+	Errored   = wire.OutcomeError
+	Duplicate = wire.OutcomeDuplicate
+	Rejected  = wire.OutcomeRejected
+	Timeout   = wire.OutcomeTimeout
 )
-
-// Outcome is what became of a mutation (a push with Wait).
-type Outcome struct {
-	Written
-	Status     string `json:"status"`
-	Branch     string `json:"branch,omitempty"`
-	Version    uint64 `json:"version,omitempty"`
-	Error      string `json:"error,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	Message    string `json:"message,omitempty"`
-	ExpectedID uint64 `json:"expectedId,omitempty"`
-}
-
-// Result answers a push.
-type Result struct {
-	Mutations []Written `json:"mutations"`
-	// Outcomes are set when the push waited (PushOptions.Wait).
-	Outcomes []Outcome `json:"outcomes,omitempty"`
-}
-
-// Error is Canon's JSON error answer, with the HTTP status.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	Hint    string `json:"hint,omitempty"`
-	// RetryAfter is the server's Retry-After, for 429 and 503.
-	RetryAfter time.Duration `json:"-"`
-}
-
-func (e *Error) Error() string {
-	s := fmt.Sprintf("canon: %d %s: %s", e.Status, e.Code, e.Message)
-	if e.Field != "" {
-		s += " (field " + e.Field + ")"
-	}
-	if e.Hint != "" {
-		s += ": " + e.Hint
-	}
-	return s
-}
 
 // retryable reports whether the same push may be sent again: the server
 // wrote nothing (429), or may have written it and says so (503), in which
 // case the mutations already written are skipped as duplicates.
-func (e *Error) retryable() bool {
+func retryable(e *Error) bool {
 	return e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable ||
 		e.Status == http.StatusBadGateway || e.Status == http.StatusGatewayTimeout
 }
@@ -177,7 +132,7 @@ func (c *Client) LastID(ctx context.Context, org, project, branch, client string
 	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodGet, u, nil, &res) })
 	var apiErr *Error
 	switch {
-	case errors.As(err, &apiErr) && apiErr.Code == codeBranchNotFound:
+	case errors.As(err, &apiErr) && apiErr.Code == wire.CodeBranchNotFound:
 		return 0, nil // no mutation of anyone on the branch yet
 	case errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound:
 		return 0, fmt.Errorf("canon: last id of client %s: %s has no read API (%w): pass client.WithReadURL with the readapi role's address",
@@ -189,10 +144,6 @@ func (c *Client) LastID(ctx context.Context, org, project, branch, client string
 	}
 	return *res.LastMutationID, nil
 }
-
-// codeBranchNotFound is the read API's error code for a branch without
-// any version yet.
-const codeBranchNotFound = "branch_not_found"
 
 // defaultTransport is the transport of the Clients made without
 // WithHTTPClient: http.DefaultTransport's, but keeping up to 64 idle
@@ -224,7 +175,7 @@ type PushOptions struct {
 // that was partly written is not a problem, because mutations already
 // written are duplicates and skipped. Other errors are returned as *Error.
 func (c *Client) Push(ctx context.Context, org, project string, p Push, o PushOptions) (*Result, error) {
-	body, err := encodePush(&p)
+	body, err := wire.EncodePush(&p)
 	if err != nil {
 		return nil, fmt.Errorf("canon: encode push: %w", err)
 	}
@@ -254,12 +205,12 @@ func (c *Client) retry(ctx context.Context, do func() error) error {
 		}
 		var apiErr *Error
 		isAPI := errors.As(err, &apiErr)
-		if (isAPI && !apiErr.retryable()) || attempt >= c.retries || ctx.Err() != nil {
+		if (isAPI && !retryable(apiErr)) || attempt >= c.retries || ctx.Err() != nil {
 			return err
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if isAPI && apiErr.RetryAfter > 0 {
-			wait = apiErr.RetryAfter
+			wait = time.Duration(apiErr.RetryAfter) * time.Second
 		}
 		backoff = min(2*backoff, 5*time.Second)
 		select {
@@ -297,20 +248,18 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, out any)
 	}
 	data := buf.Bytes()
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error *Error `json:"error"`
-		}
+		var e wire.ErrorAnswer
 		if json.Unmarshal(data, &e) != nil || e.Error == nil {
 			e.Error = &Error{Code: "http", Message: strings.TrimSpace(string(data))}
 		}
 		e.Error.Status = resp.StatusCode
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-			e.Error.RetryAfter = time.Duration(s) * time.Second
+			e.Error.RetryAfter = s
 		}
 		return e.Error
 	}
 	if r, ok := out.(*Result); ok {
-		err = decodeResult(data, r)
+		err = wire.DecodePushResponse(data, r)
 	} else {
 		err = json.Unmarshal(data, out)
 	}

@@ -11,39 +11,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
-
-// PushRequest is the body of POST /v1/projects/{org}/{project}/push.
-type PushRequest struct {
-	// Branch defaults to main.
-	Branch      string         `json:"branch"`
-	ClientGroup string         `json:"clientGroup"`
-	Mutations   []PushMutation `json:"mutations"`
-}
-
-// PushMutation is one mutation of a push.
-type PushMutation struct {
-	Client string          `json:"client"`
-	ID     uint64          `json:"id"`
-	Name   string          `json:"name"`
-	Args   json.RawMessage `json:"args"`
-	// TS is the client's clock in milliseconds; optional.
-	TS int64 `json:"ts"`
-}
-
-// PushResponse answers a push once Kafka acknowledged every mutation.
-// With ?wait=applied it also has each mutation's outcome, in order.
-type PushResponse struct {
-	Mutations []Written `json:"mutations"`
-	Outcomes  []Outcome `json:"outcomes,omitempty"`
-}
 
 func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	in, ok := p.accept(w, r, "canon")
@@ -51,9 +26,9 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer in.release()
-	var req PushRequest
-	var aerr *Error
-	if in.compactArgs, aerr = decodePush(in.body, &req); aerr != nil {
+	var req wire.PushRequest
+	var aerr *wire.Error
+	if in.compactArgs, aerr = wire.DecodePush(in.body, &req); aerr != nil {
 		p.fail(w, "canon", aerr)
 		return
 	}
@@ -67,7 +42,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait == 0 {
-		writePushResponse(w, http.StatusOK, PushResponse{Mutations: written})
+		writePushResponse(w, http.StatusOK, &wire.PushResponse{Mutations: written})
 		return
 	}
 	// The answer comes after the wait, later than the server's write
@@ -77,7 +52,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	outcomes, err := p.watch.wait(ctx, written)
 	if err != nil {
-		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, CodeUnavailable,
+		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, wire.CodeUnavailable,
 			"the mutations were written, but their outcomes cannot be followed",
 			"read them with the read API, or push again: applied ones are duplicates", err,
 			"org", in.org, "project", in.project)
@@ -87,19 +62,21 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	p.waitReadable(ctx, outcomes)
 	status := http.StatusOK
-	for _, o := range outcomes {
-		if o.Status == OutcomeTimeout {
+	resp := wire.PushResponse{Mutations: written, Outcomes: make([]wire.Outcome, len(outcomes))}
+	for i, o := range outcomes {
+		resp.Outcomes[i] = o.Outcome
+		if o.Status == wire.OutcomeTimeout {
 			// Written and acknowledged, not decided yet.
 			status = http.StatusAccepted
 		}
 	}
-	writeJSON(w, status, PushResponse{Mutations: written, Outcomes: outcomes})
+	writeJSON(w, status, resp)
 }
 
 // waitReadable waits until the node's read API serves the outcomes
 // (Config.Readable); those it does not serve within the wait become
 // timeouts, since answering applied promises that a read here sees them.
-func (p *Producer) waitReadable(ctx context.Context, outcomes []Outcome) {
+func (p *Producer) waitReadable(ctx context.Context, outcomes []outcome) {
 	if p.cfg.Readable == nil {
 		return
 	}
@@ -114,7 +91,7 @@ func (p *Producer) waitReadable(ctx context.Context, outcomes []Outcome) {
 			p.cfg.Log.Warn("push outcome not readable on this node within the wait", "partition", partition, "offset", next, "err", err)
 			for i, o := range outcomes {
 				if o.Partition == partition && o.next > 0 {
-					outcomes[i] = Outcome{Written: o.Written, Status: OutcomeTimeout}
+					outcomes[i] = outcome{Outcome: wire.Outcome{Written: o.Written, Status: wire.OutcomeTimeout}}
 				}
 			}
 		}
@@ -126,29 +103,29 @@ const writeMargin = 10 * time.Second
 
 // waitParams reads ?wait= and ?timeout=: how long the push waits for its
 // outcomes, 0 for not at all.
-func (p *Producer) waitParams(r *http.Request) (time.Duration, *Error) {
+func (p *Producer) waitParams(r *http.Request) (time.Duration, *wire.Error) {
 	q := r.URL.Query()
 	switch q.Get("wait") {
 	case "":
 		if q.Has("timeout") {
-			return 0, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "timeout",
+			return 0, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "timeout",
 				Message: "timeout without wait", Hint: "add wait=applied, or drop timeout"}
 		}
 		return 0, nil
 	case "applied":
 	default:
-		return 0, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "wait",
+		return 0, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "wait",
 			Message: fmt.Sprintf("wait=%q is not known", q.Get("wait")), Hint: "use wait=applied, or leave it out to answer once Kafka acknowledged"}
 	}
 	if p.watch == nil {
-		return 0, &Error{Status: http.StatusNotImplemented, Code: CodeNoWait,
+		return 0, &wire.Error{Status: http.StatusNotImplemented, Code: wire.CodeNoWait,
 			Message: "this producer does not follow the versions topic", Hint: "push without wait=applied and read the outcome with the read API"}
 	}
 	d := DefaultWait
 	if s := q.Get("timeout"); s != "" {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil || d <= 0 || d > p.cfg.MaxWait {
-			return 0, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "timeout",
+			return 0, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "timeout",
 				Message: fmt.Sprintf("timeout=%q is not a duration between 0 and %v", s, p.cfg.MaxWait), Hint: "use a Go duration such as 500ms or 5s"}
 		}
 	}
@@ -199,10 +176,10 @@ func (in *incoming) release() {
 // false it has answered with the error.
 func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*incoming, bool) {
 	in := &incoming{api: api, org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
-	var aerr *Error
+	var aerr *wire.Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
 		if in.body, in.buf, aerr = p.readBody(w, r); aerr == nil {
-			if aerr = CheckUTF8(in.body); aerr != nil {
+			if aerr = wire.CheckUTF8(in.body); aerr != nil {
 				in.release()
 			}
 		}
@@ -216,7 +193,7 @@ func (p *Producer) accept(w http.ResponseWriter, r *http.Request, api string) (*
 
 // ingest validates a push's mutations, writes them and counts them; on
 // false it has answered with the error.
-func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, branch, group string, pms []PushMutation) ([]Written, bool) {
+func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, branch, group string, pms []wire.PushMutation) ([]wire.Written, bool) {
 	ms, aerr := p.mutations(in.org, in.project, branch, group, in.claims, pms, in.start)
 	if aerr != nil {
 		p.fail(w, in.api, aerr)
@@ -235,14 +212,14 @@ func (p *Producer) ingest(w http.ResponseWriter, r *http.Request, in *incoming, 
 // with the same rules, limits and errors as the HTTP endpoint: the
 // websocket uses it for mutations pushed on the socket. claims must allow
 // writing to org/project.
-func (p *Producer) Push(ctx context.Context, claims *auth.Claims, org, project string, req PushRequest) ([]Written, *Error) {
+func (p *Producer) Push(ctx context.Context, claims *auth.Claims, org, project string, req wire.PushRequest) ([]wire.Written, *wire.Error) {
 	if err := claims.Allow(org, project, auth.ScopeWrite); err != nil {
 		return nil, authError(err)
 	}
 	start := p.cfg.Now()
 	ms, aerr := p.mutations(org, project, req.Branch, req.ClientGroup, claims, req.Mutations, start)
 	if aerr == nil {
-		var written []Written
+		var written []wire.Written
 		if written, aerr = p.write(ctx, claims, ms, nil, start); aerr == nil {
 			p.m.observe("ws", len(ms), p.cfg.Now().Sub(start))
 			return written, nil
@@ -253,12 +230,12 @@ func (p *Producer) Push(ctx context.Context, claims *auth.Claims, org, project s
 }
 
 // authorize checks the bearer token for write access to org/project.
-func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims, *Error) {
+func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims, *wire.Error) {
 	if err := schemas.ValidateOrg("org", org); err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "org", Message: err.Error()}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "org", Message: err.Error()}
 	}
 	if err := schemas.ValidateProject("project", project); err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "project", Message: err.Error()}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "project", Message: err.Error()}
 	}
 	token, err := auth.BearerToken(r.Header.Get("Authorization"))
 	if err != nil {
@@ -276,7 +253,7 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 
 // readBody checks the content type and reads at most MaxBodyBytes, into
 // buf, a buffer of bodies.
-func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte, buf *bytes.Buffer, _ *Error) {
+func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte, buf *bytes.Buffer, _ *wire.Error) {
 	if aerr := checkJSONType(r); aerr != nil {
 		return nil, nil, aerr
 	}
@@ -325,121 +302,59 @@ func (p *Producer) readBody(w http.ResponseWriter, r *http.Request) (body []byte
 	if errors.As(err, &ne) && ne.Timeout() {
 		// The error names the client's and the server's addresses: no
 		// business of the answer's.
-		return nil, nil, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
+		return nil, nil, &wire.Error{Status: http.StatusRequestTimeout, Code: wire.CodeRequestTimeout,
 			Message: "the body did not arrive within the server's read timeout", Hint: "send the body as soon as the headers"}
 	}
 	if err != nil {
-		return nil, nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
+		return nil, nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeMalformed, Message: "read body: " + err.Error()}
 	}
 	return buf.Bytes(), buf, nil
 }
 
 // checkJSONType refuses a body that is not application/json.
-func checkJSONType(r *http.Request) *Error {
+func checkJSONType(r *http.Request) *wire.Error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+		return &wire.Error{Status: http.StatusUnsupportedMediaType, Code: wire.CodeUnsupportedMedia,
 			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
 			Hint:    "send the body as JSON with 'Content-Type: application/json'"}
 	}
 	return nil
 }
 
-func (p *Producer) bodyTooLarge(n int64) *Error {
+func (p *Producer) bodyTooLarge(n int64) *wire.Error {
 	msg := fmt.Sprintf("the body is over the limit of %d bytes", p.cfg.MaxBodyBytes)
 	if n > 0 {
 		msg = fmt.Sprintf("the body is %d bytes, over the limit of %d bytes", n, p.cfg.MaxBodyBytes)
 	}
-	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: msg,
+	return &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeTooLarge, Message: msg,
 		Hint: "split the mutations over several pushes"}
 }
 
-// decodeJSON decodes one JSON object with no trailing data, naming the
-// field of a type error; strict refuses unknown fields.
-func decodeJSON(body []byte, v any, strict bool) *Error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON object")
-	}
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("data after the JSON object")
-		}
-	}
-	return decodeError(err)
-}
-
-// decodeError maps an error of encoding/json to a 400 naming the field.
-func decodeError(err error) *Error {
-	if err == nil {
-		return nil
-	}
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	var aerr *Error
-	switch {
-	case errors.As(err, &aerr): // already an answer
-		return aerr
-	case errors.As(err, &te):
-		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: te.Field,
-			Message: fmt.Sprintf("must be %s, got %s", jsonKind(te.Type.String()), te.Value)}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not valid JSON: it ends too early"}
-	case errors.As(err, &se):
-		return &Error{Status: http.StatusBadRequest, Code: CodeMalformed,
-			Message: fmt.Sprintf("the body is not valid JSON: %v (at byte %d)", se, se.Offset)}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field,
-			Message: fmt.Sprintf("unknown field %q", field), Hint: "check the field's spelling"}
-	default:
-		return &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "the body is not the expected JSON object: " + err.Error()}
-	}
-}
-
-func jsonKind(goType string) string {
-	switch goType {
-	case "uint64", "int64", "int", "uint32", "int32":
-		return "a non-negative integer"
-	case "string":
-		return "a string"
-	case "float64":
-		return "a number"
-	}
-	if strings.HasPrefix(goType, "[]") {
-		return "an array"
-	}
-	return "an object"
-}
-
 // mutations validates a request's mutations and stamps them.
-func (p *Producer) mutations(org, project, branch, group string, claims *auth.Claims, in []PushMutation, received time.Time) ([]*schemas.Mutation, *Error) {
+func (p *Producer) mutations(org, project, branch, group string, claims *auth.Claims, in []wire.PushMutation, received time.Time) ([]*schemas.Mutation, *wire.Error) {
 	if branch == "" {
 		branch = schemas.DefaultBranch
 	}
 	if err := schemas.ValidateBranch("branch", branch); err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "branch", Message: err.Error()}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "branch", Message: err.Error()}
 	}
 	if err := schemas.ValidateClient("clientGroup", group); err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "clientGroup", Message: err.Error()}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "clientGroup", Message: err.Error()}
 	}
 	if p.watch != nil {
 		if owner, ok := p.watch.owner(org, project, group); ok && owner != claims.Principal() {
-			return nil, &Error{Status: http.StatusConflict, Code: CodeGroupOwned, Field: "clientGroup",
+			return nil, &wire.Error{Status: http.StatusConflict, Code: wire.CodeGroupOwned, Field: "clientGroup",
 				Message: fmt.Sprintf("client group %s of %s/%s belongs to another principal", group, org, project),
 				Hint:    "use a client group of your own (one per user agent, e.g. a random id kept by the client)"}
 		}
 	}
 	if len(in) == 0 {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeEmptyBatch, Field: "mutations", Message: "no mutations",
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeEmptyBatch, Field: "mutations", Message: "no mutations",
 			Hint: "send at least one mutation"}
 	}
 	if len(in) > p.cfg.MaxBatch {
-		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: "mutations",
+		return nil, &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeTooLarge, Field: "mutations",
 			Message: fmt.Sprintf("%d mutations, over the limit of %d per push", len(in), p.cfg.MaxBatch),
 			Hint:    "split the mutations over several pushes, in order"}
 	}
@@ -448,18 +363,18 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 	last := map[string]uint64{}
 	for i, pm := range in {
 		if pm.ID == 0 {
-			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
+			return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: "must be an integer >= 1, got 0", Hint: "a client's first mutation has id 1"}
 		}
 		prev, seen := last[pm.Client]
 		if seen && pm.ID != prev+1 {
-			return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
+			return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: fmt.Sprintf("mutations[%d].id", i),
 				Message: fmt.Sprintf("client %s sends id %d after %d in the same push: ids must increase by 1", pm.Client, pm.ID, prev)}
 		}
 		if !seen && p.watch != nil {
 			// Once per client of the push: they all have the push's group.
 			if g, ok := p.watch.clientGroup(org, project, pm.Client); ok && g != group {
-				return nil, &Error{Status: http.StatusConflict, Code: CodeClientOwned, Field: fmt.Sprintf("mutations[%d].client", i),
+				return nil, &wire.Error{Status: http.StatusConflict, Code: wire.CodeClientOwned, Field: fmt.Sprintf("mutations[%d].client", i),
 					Message: fmt.Sprintf("client %s of %s/%s belongs to client group %s, not %s", pm.Client, org, project, g, group),
 					Hint:    "a client belongs to one client group: give each client of this group a new client id (e.g. a random id kept by the client)"}
 			}
@@ -479,7 +394,7 @@ func (p *Producer) mutations(org, project, branch, group string, claims *auth.Cl
 // write encodes (validating every field and limit), rate-limits and
 // produces the mutations. compactArgs[i] says that decoding found the
 // args of ms[i] to be compact JSON; the others are checked here.
-func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, compactArgs []bool, received time.Time) ([]Written, *Error) {
+func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas.Mutation, compactArgs []bool, received time.Time) ([]wire.Written, *wire.Error) {
 	values := make([][]byte, len(ms))
 	for i, m := range ms {
 		encode := schemas.EncodeMutation
@@ -499,14 +414,14 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 	// two orgs is two principals, with two buckets.
 	key := claims.Issuer + "\x00" + claims.Org + "\x00" + claims.Subject
 	if wait, ok := p.limiter.allow(key, len(ms), received); !ok {
-		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		return nil, &wire.Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited,
 			Message:    fmt.Sprintf("%s of org %s is over its rate of %.0f mutations per second", claims.Principal(), claims.Org, p.cfg.Rate),
 			Hint:       "retry after the Retry-After seconds, in order",
 			RetryAfter: int(math.Ceil(wait.Seconds()))}
 	}
 	written, err := p.produce(ctx, ms, values, received)
 	if err != nil {
-		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, CodeUnavailable,
+		aerr := httpapi.Internal(p.cfg.Log, http.StatusServiceUnavailable, wire.CodeUnavailable,
 			"the mutations could not be written to Kafka",
 			"retry the same push: mutations already written are skipped as duplicates", err,
 			"org", ms[0].Org, "project", ms[0].Project)
@@ -516,7 +431,7 @@ func (p *Producer) write(ctx context.Context, claims *auth.Claims, ms []*schemas
 	return written, nil
 }
 
-func (p *Producer) fail(w http.ResponseWriter, api string, e *Error) {
+func (p *Producer) fail(w http.ResponseWriter, api string, e *wire.Error) {
 	p.m.refused(api, e.Code)
 	writeError(w, e)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
 // Defaults of Config.
@@ -248,18 +249,10 @@ func (p *Producer) Ready(ctx context.Context) error {
 	return p.cl.Ping(ctx)
 }
 
-// Written is where one pushed mutation was written.
-type Written struct {
-	Client    string `json:"client"`
-	ID        uint64 `json:"id"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-}
-
 // produce writes the mutations, all of one project, and waits for Kafka's
 // acknowledgement. The records of one request go to one partition in
 // order; the idempotent producer keeps that order through retries.
-func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [][]byte, received time.Time) ([]Written, error) {
+func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [][]byte, received time.Time) ([]wire.Written, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ProduceTimeout)
 	defer cancel()
 	// The records share their key and headers (all are of one project),
@@ -276,9 +269,9 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 	if err := results.FirstErr(); err != nil {
 		return nil, err
 	}
-	out := make([]Written, len(recs))
+	out := make([]wire.Written, len(recs))
 	for i, r := range recs {
-		out[i] = Written{Client: ms[i].Client, ID: ms[i].ID, Partition: r.Partition, Offset: r.Offset}
+		out[i] = wire.Written{Client: ms[i].Client, ID: ms[i].ID, Partition: r.Partition, Offset: r.Offset}
 	}
 	return out, nil
 }

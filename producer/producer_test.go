@@ -22,6 +22,7 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
 type fixture struct {
@@ -175,42 +176,42 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		status                         int
 		code, field, message           string
 	}{
-		{"malformed JSON", path, good, "application/json", `{"clientGroup":`, 400, CodeMalformed, "", "not valid JSON"},
-		{"trailing data", path, good, "application/json", one + `{}`, 400, CodeMalformed, "", "after the JSON object"},
-		{"wrong type", path, good, "application/json", `{"clientGroup":7,"mutations":[]}`, 400, CodeInvalid, "clientGroup", "must be a string"},
-		{"id not an integer", path, good, "application/json", `{"clientGroup":"g","mutations":[{"client":"c","id":1.5,"name":"x","args":{}}]}`, 400, CodeInvalid, "mutations.id", "non-negative integer"},
-		{"id 0", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 0, "x", `{}`) + `]}`, 400, CodeInvalid, "mutations[0].id", ">= 1"},
-		{"ids not consecutive", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `,` + mutationJSON("c", 3, "x", `{}`) + `]}`, 400, CodeInvalid, "mutations[1].id", "increase by 1"},
-		{"unknown field", path, good, "application/json", `{"clientGroup":"g","mutatoins":[]}`, 400, CodeInvalid, "mutatoins", "unknown field"},
-		{"empty batch", path, good, "application/json", `{"clientGroup":"g","mutations":[]}`, 400, CodeEmptyBatch, "mutations", "no mutations"},
-		{"too many mutations", path, good, "application/json", `{"clientGroup":"g","mutations":[` + strings.Join(many, ",") + `]}`, 413, CodeTooLarge, "mutations", "over the limit of 10"},
-		{"oversized body", path, good, "application/json", `{"clientGroup":"g","x":"` + strings.Repeat("x", 70<<10) + `"}`, 413, CodeTooLarge, "", "over the limit of 65536 bytes"},
-		{"args over the limit", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `"`+strings.Repeat("a", 9<<10)+`"`) + `]}`, 413, CodeTooLarge, "mutations[0].args", "MaxArgsBytes"},
-		{"bad branch", path, good, "application/json", `{"branch":"no/slashes","clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, CodeInvalid, "branch", "not a valid branch"},
-		{"bad mutator name", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "9lives", `{}`) + `]}`, 400, CodeInvalid, "mutations[0].name", "valid mutator name"},
-		{"no client group", path, good, "application/json", `{"mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, CodeInvalid, "clientGroup", "empty"},
-		{"not JSON content", path, good, "text/plain", one, 415, CodeUnsupportedMedia, "", "not application/json"},
-		{"no token", path, "", "application/json", one, 401, CodeUnauthenticated, "", "no token"},
-		{"expired token", path, expired, "application/json", one, 401, CodeUnauthenticated, "", "expired"},
-		{"forged signature", path, forged, "application/json", one, 401, CodeUnauthenticated, "", "invalid token"},
-		{"wrong org", "/v1/projects/acme/roadmap/push", otherOrg, "application/json", one, 403, CodeForbidden, "", `for org "globex"`},
-		{"project outside the token", "/v1/projects/acme/budget/push", good, "application/json", one, 403, CodeForbidden, "", `does not reach project "budget"`},
-		{"read-only token", path, readOnly, "application/json", one, 403, CodeForbidden, "", "needs write"},
-		{"bad project name", "/v1/projects/acme/Road%20Map/push", good, "application/json", one, 400, CodeInvalid, "project", "not a valid name"},
-		{"spoofed client group", path, good, "application/json", strings.Replace(one, `"g1"`, `"taken"`, 1), 409, CodeGroupOwned, "clientGroup", "belongs to another principal"},
-		{"client of another group", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, CodeClientOwned, "mutations[0].client", "belongs to client group taken, not g1"},
-		{"client of another group, second client", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("c1", 1, "item.put", `{}`) + `,` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, CodeClientOwned, "mutations[1].client", "belongs to client group taken"},
-		{"client of another group, Replicache", "/replicache/v1/acme/roadmap/push", good, "application/json", `{"pushVersion":1,"clientGroupID":"g1","mutations":[{"clientID":"b1","id":2,"name":"item.put","args":{}}]}`, 409, CodeClientOwned, "mutations[0].client", "belongs to client group taken"},
-		{"args not UTF-8", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", "{\"a\":\"\xff\"}") + `]}`, 400, CodeInvalid, "mutations[0].args", "not valid UTF-8"},
-		{"args not UTF-8, second mutation", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `,` + mutationJSON("c", 2, "x", "[\"\xc3\"]") + `]}`, 400, CodeInvalid, "mutations[1].args", "not valid UTF-8"},
-		{"client group not UTF-8", path, good, "application/json", "{\"clientGroup\":\"g\xff\",\"mutations\":[" + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, CodeInvalid, "clientGroup", "not valid UTF-8"},
-		{"client not UTF-8", path, good, "application/json", `{"clientGroup":"g","mutations":[` + "{\"client\":\"c\xfe\",\"id\":1,\"name\":\"x\",\"args\":{}}" + `]}`, 400, CodeInvalid, "mutations[0].client", "not valid UTF-8"},
-		{"unknown field not UTF-8", path, good, "application/json", "{\"clientGroup\":\"g\",\"x\xff\":1}", 400, CodeMalformed, "", "not valid UTF-8 (at byte 21)"},
-		{"Replicache args not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\",\"id\":1,\"name\":\"x\",\"args\":\"\xff\"}]}", 400, CodeInvalid, "mutations[0].args", "not valid UTF-8"},
-		{"Replicache client group not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\xff\",\"mutations\":[{\"clientID\":\"c\",\"id\":1,\"name\":\"x\",\"args\":{}}]}", 400, CodeInvalid, "clientGroupID", "not valid UTF-8"},
-		{"Replicache client not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\xff\",\"id\":1,\"name\":\"x\",\"args\":{}}]}", 400, CodeInvalid, "mutations[0].clientID", "not valid UTF-8"},
-		{"unknown wait", path + "?wait=soon", good, "application/json", one, 400, CodeInvalid, "wait", `wait="soon" is not known`},
-		{"wait too long", path + "?wait=applied&timeout=1h", good, "application/json", one, 400, CodeInvalid, "timeout", "not a duration between"},
+		{"malformed JSON", path, good, "application/json", `{"clientGroup":`, 400, wire.CodeMalformed, "", "not valid JSON"},
+		{"trailing data", path, good, "application/json", one + `{}`, 400, wire.CodeMalformed, "", "after the JSON object"},
+		{"wrong type", path, good, "application/json", `{"clientGroup":7,"mutations":[]}`, 400, wire.CodeInvalid, "clientGroup", "must be a string"},
+		{"id not an integer", path, good, "application/json", `{"clientGroup":"g","mutations":[{"client":"c","id":1.5,"name":"x","args":{}}]}`, 400, wire.CodeInvalid, "mutations.id", "non-negative integer"},
+		{"id 0", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 0, "x", `{}`) + `]}`, 400, wire.CodeInvalid, "mutations[0].id", ">= 1"},
+		{"ids not consecutive", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `,` + mutationJSON("c", 3, "x", `{}`) + `]}`, 400, wire.CodeInvalid, "mutations[1].id", "increase by 1"},
+		{"unknown field", path, good, "application/json", `{"clientGroup":"g","mutatoins":[]}`, 400, wire.CodeInvalid, "mutatoins", "unknown field"},
+		{"empty batch", path, good, "application/json", `{"clientGroup":"g","mutations":[]}`, 400, wire.CodeEmptyBatch, "mutations", "no mutations"},
+		{"too many mutations", path, good, "application/json", `{"clientGroup":"g","mutations":[` + strings.Join(many, ",") + `]}`, 413, wire.CodeTooLarge, "mutations", "over the limit of 10"},
+		{"oversized body", path, good, "application/json", `{"clientGroup":"g","x":"` + strings.Repeat("x", 70<<10) + `"}`, 413, wire.CodeTooLarge, "", "over the limit of 65536 bytes"},
+		{"args over the limit", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `"`+strings.Repeat("a", 9<<10)+`"`) + `]}`, 413, wire.CodeTooLarge, "mutations[0].args", "MaxArgsBytes"},
+		{"bad branch", path, good, "application/json", `{"branch":"no/slashes","clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, wire.CodeInvalid, "branch", "not a valid branch"},
+		{"bad mutator name", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "9lives", `{}`) + `]}`, 400, wire.CodeInvalid, "mutations[0].name", "valid mutator name"},
+		{"no client group", path, good, "application/json", `{"mutations":[` + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, wire.CodeInvalid, "clientGroup", "empty"},
+		{"not JSON content", path, good, "text/plain", one, 415, wire.CodeUnsupportedMedia, "", "not application/json"},
+		{"no token", path, "", "application/json", one, 401, wire.CodeUnauthenticated, "", "no token"},
+		{"expired token", path, expired, "application/json", one, 401, wire.CodeUnauthenticated, "", "expired"},
+		{"forged signature", path, forged, "application/json", one, 401, wire.CodeUnauthenticated, "", "invalid token"},
+		{"wrong org", "/v1/projects/acme/roadmap/push", otherOrg, "application/json", one, 403, wire.CodeForbidden, "", `for org "globex"`},
+		{"project outside the token", "/v1/projects/acme/budget/push", good, "application/json", one, 403, wire.CodeForbidden, "", `does not reach project "budget"`},
+		{"read-only token", path, readOnly, "application/json", one, 403, wire.CodeForbidden, "", "needs write"},
+		{"bad project name", "/v1/projects/acme/Road%20Map/push", good, "application/json", one, 400, wire.CodeInvalid, "project", "not a valid name"},
+		{"spoofed client group", path, good, "application/json", strings.Replace(one, `"g1"`, `"taken"`, 1), 409, wire.CodeGroupOwned, "clientGroup", "belongs to another principal"},
+		{"client of another group", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, wire.CodeClientOwned, "mutations[0].client", "belongs to client group taken, not g1"},
+		{"client of another group, second client", path, good, "application/json", `{"clientGroup":"g1","mutations":[` + mutationJSON("c1", 1, "item.put", `{}`) + `,` + mutationJSON("b1", 2, "item.put", `{}`) + `]}`, 409, wire.CodeClientOwned, "mutations[1].client", "belongs to client group taken"},
+		{"client of another group, Replicache", "/replicache/v1/acme/roadmap/push", good, "application/json", `{"pushVersion":1,"clientGroupID":"g1","mutations":[{"clientID":"b1","id":2,"name":"item.put","args":{}}]}`, 409, wire.CodeClientOwned, "mutations[0].client", "belongs to client group taken"},
+		{"args not UTF-8", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", "{\"a\":\"\xff\"}") + `]}`, 400, wire.CodeInvalid, "mutations[0].args", "not valid UTF-8"},
+		{"args not UTF-8, second mutation", path, good, "application/json", `{"clientGroup":"g","mutations":[` + mutationJSON("c", 1, "x", `{}`) + `,` + mutationJSON("c", 2, "x", "[\"\xc3\"]") + `]}`, 400, wire.CodeInvalid, "mutations[1].args", "not valid UTF-8"},
+		{"client group not UTF-8", path, good, "application/json", "{\"clientGroup\":\"g\xff\",\"mutations\":[" + mutationJSON("c", 1, "x", `{}`) + `]}`, 400, wire.CodeInvalid, "clientGroup", "not valid UTF-8"},
+		{"client not UTF-8", path, good, "application/json", `{"clientGroup":"g","mutations":[` + "{\"client\":\"c\xfe\",\"id\":1,\"name\":\"x\",\"args\":{}}" + `]}`, 400, wire.CodeInvalid, "mutations[0].client", "not valid UTF-8"},
+		{"unknown field not UTF-8", path, good, "application/json", "{\"clientGroup\":\"g\",\"x\xff\":1}", 400, wire.CodeMalformed, "", "not valid UTF-8 (at byte 21)"},
+		{"Replicache args not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\",\"id\":1,\"name\":\"x\",\"args\":\"\xff\"}]}", 400, wire.CodeInvalid, "mutations[0].args", "not valid UTF-8"},
+		{"Replicache client group not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\xff\",\"mutations\":[{\"clientID\":\"c\",\"id\":1,\"name\":\"x\",\"args\":{}}]}", 400, wire.CodeInvalid, "clientGroupID", "not valid UTF-8"},
+		{"Replicache client not UTF-8", "/replicache/v1/acme/roadmap/push", good, "application/json", "{\"pushVersion\":1,\"clientGroupID\":\"g\",\"mutations\":[{\"clientID\":\"c\xff\",\"id\":1,\"name\":\"x\",\"args\":{}}]}", 400, wire.CodeInvalid, "mutations[0].clientID", "not valid UTF-8"},
+		{"unknown wait", path + "?wait=soon", good, "application/json", one, 400, wire.CodeInvalid, "wait", `wait="soon" is not known`},
+		{"wait too long", path + "?wait=applied&timeout=1h", good, "application/json", one, 400, wire.CodeInvalid, "timeout", "not a duration between"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,10 +236,10 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, perr := f.p.Push(context.Background(), claims, "acme", "roadmap", PushRequest{ClientGroup: "g1",
-		Mutations: []PushMutation{{Client: "b1", ID: 2, Name: "item.put", Args: json.RawMessage(`{}`)}}})
-	if perr == nil || perr.Status != http.StatusConflict || perr.Code != CodeClientOwned || perr.Field != "mutations[0].client" {
-		t.Errorf("Push of a client of another group: %v, want 409 %s", perr, CodeClientOwned)
+	_, perr := f.p.Push(context.Background(), claims, "acme", "roadmap", wire.PushRequest{ClientGroup: "g1",
+		Mutations: []wire.PushMutation{{Client: "b1", ID: 2, Name: "item.put", Args: json.RawMessage(`{}`)}}})
+	if perr == nil || perr.Status != http.StatusConflict || perr.Code != wire.CodeClientOwned || perr.Field != "mutations[0].client" {
+		t.Errorf("Push of a client of another group: %v, want 409 %s", perr, wire.CodeClientOwned)
 	}
 	if n := countRecords(t, brokers, names.Mutations); n != 0 {
 		t.Fatalf("%d records reached %s", n, names.Mutations)
@@ -491,8 +492,8 @@ func TestUnavailableHidesKafkaErrors(t *testing.T) {
 		`{"clientGroup":"g","mutations":[`+mutationJSON("c", 1, "x", `{}`)+`]}`)
 	e, _ := out["error"].(map[string]any)
 	id, _ := e["requestId"].(string)
-	if status != http.StatusServiceUnavailable || e["code"] != CodeUnavailable || id == "" || hdr.Get("X-Request-Id") != id {
-		t.Fatalf("%d %v, X-Request-Id %q: want 503 %s with a request id", status, out, hdr.Get("X-Request-Id"), CodeUnavailable)
+	if status != http.StatusServiceUnavailable || e["code"] != wire.CodeUnavailable || id == "" || hdr.Get("X-Request-Id") != id {
+		t.Fatalf("%d %v, X-Request-Id %q: want 503 %s with a request id", status, out, hdr.Get("X-Request-Id"), wire.CodeUnavailable)
 	}
 	var line struct {
 		Err       string
@@ -532,9 +533,9 @@ func TestWaitOutlivesWriteTimeout(t *testing.T) {
 		t.Fatalf("the answer after the wait was lost: %v", err)
 	}
 	defer resp.Body.Close()
-	var out PushResponse
+	var out wire.PushResponse
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusAccepted ||
-		len(out.Outcomes) != 1 || out.Outcomes[0].Status != OutcomeTimeout {
+		len(out.Outcomes) != 1 || out.Outcomes[0].Status != wire.OutcomeTimeout {
 		t.Fatalf("%d %+v (%v), want 202 with a timeout outcome", resp.StatusCode, out, err)
 	}
 }
@@ -563,8 +564,8 @@ func TestSilentBodyTimesOut(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), CodeRequestTimeout) || strings.Contains(string(raw), "127.0.0.1") {
-		t.Fatalf("%d %s, want 408 %s without addresses", resp.StatusCode, raw, CodeRequestTimeout)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), wire.CodeRequestTimeout) || strings.Contains(string(raw), "127.0.0.1") {
+		t.Fatalf("%d %s, want 408 %s without addresses", resp.StatusCode, raw, wire.CodeRequestTimeout)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+
+	"github.com/canon-sync/canon/wire"
 )
 
 // replicachePush is Replicache's push request, pushVersion 1.
@@ -45,7 +47,7 @@ type replicacheMutation struct {
 // MaxReplicacheBodyBytes, and only that prefix is kept.
 func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) {
 	in := &incoming{api: "replicache", org: r.PathValue("org"), project: r.PathValue("project"), start: p.cfg.Now()}
-	var aerr *Error
+	var aerr *wire.Error
 	if in.claims, aerr = p.authorize(r, in.org, in.project); aerr == nil {
 		aerr = checkJSONType(r)
 	}
@@ -64,7 +66,7 @@ func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) 
 	}
 	if req.PushVersion != 1 {
 		// Replicache's answer for a protocol it must not speak.
-		p.m.refused("replicache", CodeVersion)
+		p.m.refused("replicache", wire.CodeVersion)
 		writeJSON(w, http.StatusOK, map[string]string{"error": "VersionNotSupported", "versionType": "push"})
 		return
 	}
@@ -76,11 +78,11 @@ func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) 
 		p.cfg.Log.Debug("replicache push over the limits: took a prefix", "org", in.org, "project", in.project,
 			"clientGroup", req.ClientGroupID, "taken", len(req.Mutations), "sent", req.sent)
 	}
-	pms := make([]PushMutation, len(req.Mutations))
+	pms := make([]wire.PushMutation, len(req.Mutations))
 	for i, m := range req.Mutations {
 		// ts is the receive time: Replicache's timestamp counts from the
 		// page's load, not from the epoch (docs/ingest.md).
-		pms[i] = PushMutation{Client: m.ClientID, ID: m.ID, Name: m.Name, Args: m.Args, TS: in.start.UnixMilli()}
+		pms[i] = wire.PushMutation{Client: m.ClientID, ID: m.ID, Name: m.Name, Args: m.Args, TS: in.start.UnixMilli()}
 	}
 	if _, ok := p.ingest(w, r, in, r.URL.Query().Get("branch"), req.ClientGroupID, pms); ok {
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -93,7 +95,7 @@ func (p *Producer) handleReplicachePush(w http.ResponseWriter, r *http.Request) 
 // encoding checks); the others are read and dropped. The object's fields
 // may come in any order (Replicache sends pushVersion after the
 // mutations), so the whole body is read.
-func (p *Producer) decodeReplicachePush(body io.Reader) (replicachePush, *Error) {
+func (p *Producer) decodeReplicachePush(body io.Reader) (replicachePush, *wire.Error) {
 	var req replicachePush
 	dec := json.NewDecoder(body)
 	err := expectDelim(dec, '{')
@@ -111,7 +113,7 @@ func (p *Producer) decodeReplicachePush(body io.Reader) (replicachePush, *Error)
 			// UTF-8 into U+FFFD, so two groups would become one.
 			var raw json.RawMessage
 			if err = dec.Decode(&raw); err == nil {
-				if aerr := firstNotUTF8([]namedRaw{{"clientGroupID", raw}}); aerr != nil {
+				if aerr := wire.FirstNotUTF8([]wire.RawField{{Name: "clientGroupID", Value: raw}}); aerr != nil {
 					return req, aerr
 				}
 				err = json.Unmarshal(raw, &req.ClientGroupID)
@@ -141,7 +143,7 @@ func (p *Producer) decodeReplicachePush(body io.Reader) (replicachePush, *Error)
 		return req, p.replicacheTooLarge(-1)
 	}
 	if err != nil {
-		return req, decodeError(err)
+		return req, wire.DecodeError(err)
 	}
 	return req, nil
 }
@@ -166,7 +168,7 @@ func (p *Producer) decodeReplicacheMutations(dec *json.Decoder, req *replicacheP
 			full = true // the rest goes in a later push
 			continue
 		}
-		if aerr := checkReplicacheMutationUTF8(i, raw); aerr != nil {
+		if aerr := wire.CheckReplicacheMutationUTF8(i, raw); aerr != nil {
 			return aerr
 		}
 		var m replicacheMutation
@@ -198,11 +200,11 @@ func expectDelim(dec *json.Decoder, d json.Delim) error {
 	return nil
 }
 
-func (p *Producer) replicacheTooLarge(n int64) *Error {
+func (p *Producer) replicacheTooLarge(n int64) *wire.Error {
 	msg := fmt.Sprintf("the body is over the limit of %d bytes of a Replicache push", p.cfg.MaxReplicacheBodyBytes)
 	if n > 0 {
 		msg = fmt.Sprintf("the body is %d bytes, over the limit of %d bytes of a Replicache push", n, p.cfg.MaxReplicacheBodyBytes)
 	}
-	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: msg,
+	return &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeTooLarge, Message: msg,
 		Hint: "the client holds too many pending mutations for one push: send fewer before going offline, or raise the producer's MaxReplicacheBodyBytes"}
 }

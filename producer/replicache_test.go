@@ -14,6 +14,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
 // replicacheBody is a Replicache push (in Replicache's field order: the
@@ -111,7 +112,7 @@ func TestReplicachePushHardCap(t *testing.T) {
 	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
 	status, out, _ := f.post("/replicache/v1/acme/roadmap/push", tok, "application/json", replicacheBody(1, 90, 100_000))
 	e, _ := out["error"].(map[string]any)
-	if status != 413 || e["code"] != CodeTooLarge || !strings.Contains(fmt.Sprint(e["message"]), "8388608") {
+	if status != 413 || e["code"] != wire.CodeTooLarge || !strings.Contains(fmt.Sprint(e["message"]), "8388608") {
 		t.Fatalf("%d %v", status, out)
 	}
 	if n := countRecords(t, brokers, names.Mutations); n != 0 {

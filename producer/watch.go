@@ -12,31 +12,13 @@ import (
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
-// Outcome statuses of a waited-for mutation (?wait=applied).
-const (
-	OutcomeApplied   = "applied"   // in Version, the mutator succeeded
-	OutcomeError     = "error"     // in Version, with the mutator's Error; the id is used
-	OutcomeDuplicate = "duplicate" // id <= the client's last id: skipped
-	OutcomeRejected  = "rejected"  // not recorded: Reason (gap, unauthorized, invalid …), Message, ExpectedID
-	OutcomeTimeout   = "timeout"   // written, not decided within the wait
-)
-
-// Outcome is what became of one pushed mutation.
-type Outcome struct {
-	Written
-	Status string `json:"status"`
-	// Branch and Version are the version that recorded the mutation
-	// (applied or error).
-	Branch  string `json:"branch,omitempty"`
-	Version uint64 `json:"version,omitempty"`
-	// Error is the mutator's error (status error).
-	Error string `json:"error,omitempty"`
-	// Reason, Message and ExpectedID say why a mutation was rejected.
-	Reason     string `json:"reason,omitempty"`
-	Message    string `json:"message,omitempty"`
-	ExpectedID uint64 `json:"expectedId,omitempty"`
+// outcome is what became of one pushed mutation, and where the
+// changelog holds it.
+type outcome struct {
+	wire.Outcome
 
 	// next is the offset of canon.versions (in the mutation's partition)
 	// that a store must reach to hold the outcome: after the version that
@@ -75,7 +57,7 @@ type watcher struct {
 	// clients are the client groups of clients (groupKey.group is the
 	// client).
 	clients map[groupKey]string
-	recent  map[position]Outcome
+	recent  map[position]outcome
 	expiry  []expiring // recent's keys, oldest first
 	waits   map[position][]*waiter
 	// read is, per topic and partition, the offset after the last record
@@ -100,7 +82,7 @@ type expiring struct {
 type waiter struct {
 	pos   position
 	since time.Time
-	done  chan Outcome
+	done  chan outcome
 	// ends are the end offsets of the versions and rejected partitions
 	// that hold the mutation's outputs, once the sequencer committed past
 	// it; nil until then.
@@ -148,7 +130,7 @@ func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
 	w := &watcher{
 		tail: tail, adm: adm, group: cfg.SequencerGroup, vparts: int32(len(start)), rparts: int32(len(rstart)),
 		retain: 2 * time.Minute, recheck: 20 * time.Millisecond,
-		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]Outcome{}, waits: map[position][]*waiter{},
+		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]outcome{}, waits: map[position][]*waiter{},
 	}
 	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
 	w.read = map[string][]int64{w.topics.versions: make([]int64, w.vparts), w.topics.rejected: make([]int64, w.rparts)}
@@ -237,17 +219,17 @@ func (w *watcher) event(ev *changelog.Event) {
 					w.clients[k] = m.ClientGroup
 				}
 			}
-			o := Outcome{Written: Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
-				Status: OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error, next: ev.Offset + 1}
+			o := outcome{Outcome: wire.Outcome{Written: wire.Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
+				Status: wire.OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error}, next: ev.Offset + 1}
 			if m.Status == schemas.StatusError {
-				o.Status = OutcomeError
+				o.Status = wire.OutcomeError
 			}
 			w.settle(o)
 		}
 	case ev.Rejected != nil && ev.Rejected.Topic == w.topics.mutations:
 		r := ev.Rejected
-		o := Outcome{Written: Written{Partition: r.Partition, Offset: r.Offset}, Status: OutcomeRejected,
-			Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID}
+		o := outcome{Outcome: wire.Outcome{Written: wire.Written{Partition: r.Partition, Offset: r.Offset}, Status: wire.OutcomeRejected,
+			Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID}}
 		if r.Mutation != nil {
 			o.Client, o.ID = r.Mutation.Client, r.Mutation.ID
 		}
@@ -257,7 +239,7 @@ func (w *watcher) event(ev *changelog.Event) {
 
 // settle hands an outcome to its waiters and keeps it for a while, for a
 // waiter that registers after it arrived.
-func (w *watcher) settle(o Outcome) {
+func (w *watcher) settle(o outcome) {
 	pos := position{o.Partition, o.Offset}
 	for _, wt := range w.waits[pos] {
 		wt.done <- o
@@ -297,8 +279,8 @@ func (w *watcher) clientGroup(org, project, client string) (string, bool) {
 
 // wait waits for the outcomes of written mutations until ctx ends; those
 // not decided by then have status timeout.
-func (w *watcher) wait(ctx context.Context, written []Written) ([]Outcome, error) {
-	out := make([]Outcome, len(written))
+func (w *watcher) wait(ctx context.Context, written []wire.Written) ([]outcome, error) {
+	out := make([]outcome, len(written))
 	ws := make([]*waiter, len(written))
 	w.mu.Lock()
 	if w.stopped != nil {
@@ -311,7 +293,7 @@ func (w *watcher) wait(ctx context.Context, written []Written) ([]Outcome, error
 			out[i] = o
 			continue
 		}
-		ws[i] = &waiter{pos: pos, since: time.Now(), done: make(chan Outcome, 1)}
+		ws[i] = &waiter{pos: pos, since: time.Now(), done: make(chan outcome, 1)}
 		w.waits[pos] = append(w.waits[pos], ws[i])
 	}
 	w.mu.Unlock()
@@ -327,7 +309,7 @@ func (w *watcher) wait(ctx context.Context, written []Written) ([]Outcome, error
 			out[i] = o
 		case <-ctx.Done():
 			w.forget(wt)
-			out[i] = Outcome{Written: written[i], Status: OutcomeTimeout}
+			out[i] = outcome{Outcome: wire.Outcome{Written: written[i], Status: wire.OutcomeTimeout}}
 		}
 	}
 	for i := range out {
@@ -418,7 +400,7 @@ func (w *watcher) settleDuplicates() {
 		for _, wt := range ws {
 			if wt.ends != nil && w.passed(w.topics.versions, pos.partition, wt.ends[0]) &&
 				w.passed(w.topics.rejected, pos.partition%w.rparts, wt.ends[1]) {
-				wt.done <- Outcome{Written: Written{Partition: pos.partition, Offset: pos.offset}, Status: OutcomeDuplicate, next: wt.ends[0]}
+				wt.done <- outcome{Outcome: wire.Outcome{Written: wire.Written{Partition: pos.partition, Offset: pos.offset}, Status: wire.OutcomeDuplicate}, next: wt.ends[0]}
 				continue
 			}
 			keep = append(keep, wt)

@@ -25,6 +25,7 @@ import (
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -83,7 +84,7 @@ func (r *response) json(t testing.TB, v any) {
 // errorCode is the code of an error answer.
 func (r *response) errorCode() string {
 	var e struct {
-		Error Error `json:"error"`
+		Error wire.Error `json:"error"`
 	}
 	_ = json.Unmarshal(r.body, &e)
 	return e.Error.Code

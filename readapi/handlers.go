@@ -12,6 +12,7 @@ import (
 
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // Cache-Control of the answers: a response about a named version, or a
@@ -109,13 +110,13 @@ type MutationResponse struct {
 
 // head returns the branch's latest version, or the 404 for a missing
 // branch.
-func (s *Server) head(c *call) (uint64, *Error) {
+func (s *Server) head(c *call) (uint64, *wire.Error) {
 	h, err := s.cfg.Store.Head(c.org, c.project, c.branch)
 	if err != nil {
 		return 0, s.internal(c.r, err)
 	}
 	if h.Version == 0 {
-		return 0, &Error{Status: http.StatusNotFound, Code: CodeBranchNotFound,
+		return 0, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeBranchNotFound,
 			Message: fmt.Sprintf("project %s/%s has no branch %s", c.org, c.project, c.branch),
 			Hint:    "check ?branch=; main is created by a project's first mutation, other branches by branch.create"}
 	}
@@ -123,7 +124,7 @@ func (s *Server) head(c *call) (uint64, *Error) {
 }
 
 // resolve turns ?at= (0: absent) into a version of the branch.
-func (s *Server) resolve(c *call, at uint64) (v uint64, latest bool, aerr *Error) {
+func (s *Server) resolve(c *call, at uint64) (v uint64, latest bool, aerr *wire.Error) {
 	head, aerr := s.head(c)
 	if aerr != nil {
 		return 0, false, aerr
@@ -132,7 +133,7 @@ func (s *Server) resolve(c *call, at uint64) (v uint64, latest bool, aerr *Error
 		return head, true, nil
 	}
 	if at > head {
-		return 0, false, &Error{Status: http.StatusNotFound, Code: CodeVersionNotFound, Field: "at",
+		return 0, false, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeVersionNotFound, Field: "at",
 			Message: fmt.Sprintf("branch %s of %s/%s has no version %d: the latest is %d", c.branch, c.org, c.project, at, head),
 			Hint:    fmt.Sprintf("ask for a version from 1 to %d, or leave out ?at= for the latest", head)}
 	}
@@ -141,7 +142,7 @@ func (s *Server) resolve(c *call, at uint64) (v uint64, latest bool, aerr *Error
 
 // uintParam parses an optional query parameter as an integer >= min; 0
 // when absent.
-func uintParam(r *http.Request, name string, min uint64, what string) (uint64, *Error) {
+func uintParam(r *http.Request, name string, min uint64, what string) (uint64, *wire.Error) {
 	raw := r.URL.Query().Get(name)
 	if raw == "" {
 		return 0, nil
@@ -273,7 +274,7 @@ func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request) {
 }
 
 // itemPath is the collection and id of an item's path, checked.
-func itemPath(r *http.Request) (collection, id string, _ *Error) {
+func itemPath(r *http.Request) (collection, id string, _ *wire.Error) {
 	collection, id = r.PathValue("collection"), r.PathValue("id")
 	if err := schemas.ValidateCollection("collection", collection); err != nil {
 		return "", "", invalid("collection", err.Error(), "")
@@ -310,7 +311,7 @@ func (s *Server) handleItem(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeItemNotFound,
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeItemNotFound,
 			Message: fmt.Sprintf("item %s/%s does not exist at version %d of branch %s of %s/%s", collection, id, v, c.branch, c.org, c.project),
 			Hint:    "list the items with GET /v1/projects/{org}/{project}; ?at= reads an older version"})
 		return
@@ -346,7 +347,7 @@ func (s *Server) handleBlob(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := s.cfg.Store.Blob(c.org, c.project, hash)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeBlobNotFound,
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeBlobNotFound,
 			Message: fmt.Sprintf("project %s/%s holds no body or chunk of hash %s", c.org, c.project, hash),
 			Hint:    "blobs are per project: use a hash from this project's items or versions"})
 		return
@@ -434,7 +435,7 @@ func (s *Server) handleMutation(w http.ResponseWriter, r *http.Request) {
 	case id > last:
 		resp.Status = StatusPending
 	default:
-		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeMutationNotFound,
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeMutationNotFound,
 			Message: fmt.Sprintf("client %s is at mutation %d on branch %s, but mutation %d has no record", client, last, c.branch, id),
 			Hint:    "the instance's store is missing data: rebuild it from the changelog"})
 		return

@@ -10,6 +10,7 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // DefaultProjectsPage is the page size of the projects list without
@@ -226,7 +227,7 @@ func (s *Server) handleItemHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(h.Changes) == 0 && before == 0 {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeItemNotFound,
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeItemNotFound,
 			Message: fmt.Sprintf("item %s/%s never existed on branch %s of %s/%s", collection, id, c.branch, c.org, c.project),
 			Hint:    "list the items with GET /v1/projects/{org}/{project}; ?branch= names another branch"})
 		return

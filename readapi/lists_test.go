@@ -9,6 +9,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 func TestProjects(t *testing.T) {
@@ -112,16 +113,16 @@ func TestProjects(t *testing.T) {
 		status      int
 		code, field string
 	}{
-		{"/v1/projects", "", http.StatusUnauthorized, CodeUnauthenticated, ""},
-		{"/v1/projects?org=other", everything, http.StatusForbidden, CodeForbidden, ""},
-		{"/v1/projects?org=Acme", everything, http.StatusBadRequest, CodeInvalid, "org"},
-		{"/v1/projects?after=-x", everything, http.StatusBadRequest, CodeInvalid, "after"},
-		{"/v1/projects?limit=0", everything, http.StatusBadRequest, CodeInvalid, "limit"},
-		{"/v1/projects?limit=1001", everything, http.StatusBadRequest, CodeInvalid, "limit"},
-		{"/v1/projects?project=doc", everything, http.StatusBadRequest, CodeInvalid, "project"},
+		{"/v1/projects", "", http.StatusUnauthorized, wire.CodeUnauthenticated, ""},
+		{"/v1/projects?org=other", everything, http.StatusForbidden, wire.CodeForbidden, ""},
+		{"/v1/projects?org=Acme", everything, http.StatusBadRequest, wire.CodeInvalid, "org"},
+		{"/v1/projects?after=-x", everything, http.StatusBadRequest, wire.CodeInvalid, "after"},
+		{"/v1/projects?limit=0", everything, http.StatusBadRequest, wire.CodeInvalid, "limit"},
+		{"/v1/projects?limit=1001", everything, http.StatusBadRequest, wire.CodeInvalid, "limit"},
+		{"/v1/projects?project=doc", everything, http.StatusBadRequest, wire.CodeInvalid, "project"},
 	} {
 		r := e.api.get(c.path, c.token)
-		var body struct{ Error Error }
+		var body struct{ Error wire.Error }
 		r.json(t, &body)
 		if r.status != c.status || body.Error.Code != c.code || body.Error.Field != c.field || body.Error.Hint == "" {
 			t.Errorf("%s: %d %s, want %d %s field %q", c.path, r.status, r.body, c.status, c.code, c.field)
@@ -153,7 +154,7 @@ func TestBranches(t *testing.T) {
 	if r := e.api.get("/v1/projects/acme/other/branches", tok); r.status != http.StatusForbidden {
 		t.Fatalf("branches of a project the token does not reach: %d %s", r.status, r.body)
 	}
-	if r := e.api.get("/v1/projects/acme/doc/branches?branch=main", tok); r.status != http.StatusBadRequest || r.errorCode() != CodeInvalid {
+	if r := e.api.get("/v1/projects/acme/doc/branches?branch=main", tok); r.status != http.StatusBadRequest || r.errorCode() != wire.CodeInvalid {
 		t.Fatalf("branches with ?branch=: %d %s", r.status, r.body)
 	}
 }
@@ -234,16 +235,16 @@ func TestItemHistory(t *testing.T) {
 		code   string
 		field  string
 	}{
-		{"/v1/projects/acme/doc/items/notes/never/history", http.StatusNotFound, CodeItemNotFound, ""},
-		{"/v1/projects/acme/doc/items/notes/a/history?branch=nope", http.StatusNotFound, CodeBranchNotFound, ""},
-		{"/v1/projects/acme/doc/items/notes/a/history?before=0", http.StatusBadRequest, CodeInvalid, "before"},
-		{"/v1/projects/acme/doc/items/notes/a/history?limit=5000", http.StatusBadRequest, CodeInvalid, "limit"},
-		{"/v1/projects/acme/doc/items/notes/a/history?at=3", http.StatusBadRequest, CodeInvalid, "at"},
-		{"/v1/projects/acme/doc/items/no%20tes/a/history", http.StatusBadRequest, CodeInvalid, "collection"},
-		{"/v1/projects/acme/other/items/notes/a/history", http.StatusForbidden, CodeForbidden, ""},
+		{"/v1/projects/acme/doc/items/notes/never/history", http.StatusNotFound, wire.CodeItemNotFound, ""},
+		{"/v1/projects/acme/doc/items/notes/a/history?branch=nope", http.StatusNotFound, wire.CodeBranchNotFound, ""},
+		{"/v1/projects/acme/doc/items/notes/a/history?before=0", http.StatusBadRequest, wire.CodeInvalid, "before"},
+		{"/v1/projects/acme/doc/items/notes/a/history?limit=5000", http.StatusBadRequest, wire.CodeInvalid, "limit"},
+		{"/v1/projects/acme/doc/items/notes/a/history?at=3", http.StatusBadRequest, wire.CodeInvalid, "at"},
+		{"/v1/projects/acme/doc/items/no%20tes/a/history", http.StatusBadRequest, wire.CodeInvalid, "collection"},
+		{"/v1/projects/acme/other/items/notes/a/history", http.StatusForbidden, wire.CodeForbidden, ""},
 	} {
 		r := e.api.get(c.path, tok)
-		var body struct{ Error Error }
+		var body struct{ Error wire.Error }
 		r.json(t, &body)
 		if r.status != c.status || body.Error.Code != c.code || body.Error.Field != c.field {
 			t.Errorf("%s: %d %s, want %d %s field %q", c.path, r.status, r.body, c.status, c.code, c.field)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/canon-sync/canon/internal/auth"
-	"github.com/canon-sync/canon/producer"
+	"github.com/canon-sync/canon/wire"
 )
 
 // The push endpoints (Canon's and Replicache's) answer as
@@ -30,20 +30,20 @@ func TestPushesMatchOpenAPI(t *testing.T) {
 	if r := push("", ann, `{"clientGroup":"g-ann","mutations":[`+put("c1", 1)+`]}`); r.status != http.StatusOK {
 		t.Fatalf("push: %d %s", r.status, r.body)
 	}
-	var resp producer.PushResponse
+	var resp wire.PushResponse
 	r := push("?wait=applied&timeout=20s", ann, `{"branch":"main","clientGroup":"g-ann","mutations":[`+put("c1", 2)+","+put("c2", 1)+`]}`)
 	r.json(t, &resp)
-	if r.status != http.StatusOK || len(resp.Outcomes) != 2 || resp.Outcomes[0].Status != producer.OutcomeApplied || resp.Outcomes[1].Status != producer.OutcomeApplied {
+	if r.status != http.StatusOK || len(resp.Outcomes) != 2 || resp.Outcomes[0].Status != wire.OutcomeApplied || resp.Outcomes[1].Status != wire.OutcomeApplied {
 		t.Fatalf("push with wait=applied: %d %s", r.status, r.body)
 	}
 	r = push("?wait=applied&timeout=20s", ann, `{"clientGroup":"g-ann","mutations":[`+put("c1", 1)+`]}`)
 	r.json(t, &resp)
-	if r.status != http.StatusOK || resp.Outcomes[0].Status != producer.OutcomeDuplicate {
+	if r.status != http.StatusOK || resp.Outcomes[0].Status != wire.OutcomeDuplicate {
 		t.Fatalf("a duplicate: %d %s", r.status, r.body)
 	}
 	r = push("?wait=applied&timeout=20s", ann, `{"clientGroup":"g-ann","mutations":[`+put("c1", 9)+`]}`)
 	r.json(t, &resp)
-	if r.status != http.StatusOK || resp.Outcomes[0].Status != producer.OutcomeRejected || resp.Outcomes[0].ExpectedID != 3 {
+	if r.status != http.StatusOK || resp.Outcomes[0].Status != wire.OutcomeRejected || resp.Outcomes[0].ExpectedID != 3 {
 		t.Fatalf("a gap: %d %s", r.status, r.body)
 	}
 
@@ -54,14 +54,14 @@ func TestPushesMatchOpenAPI(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"no token", "", "", `{"clientGroup":"g","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusUnauthorized, producer.CodeUnauthenticated},
-		{"a read token", "", reader, `{"clientGroup":"g","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusForbidden, producer.CodeForbidden},
-		{"not JSON", "", ann, `{"clientGroup":`, nil, http.StatusBadRequest, producer.CodeMalformed},
-		{"no mutations", "", ann, `{"clientGroup":"g","mutations":[]}`, nil, http.StatusBadRequest, producer.CodeEmptyBatch},
-		{"an unknown wait", "?wait=soon", ann, `{"clientGroup":"g","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusBadRequest, producer.CodeInvalid},
-		{"text", "", ann, `{}`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, producer.CodeUnsupportedMedia},
-		{"another's client group", "", bob, `{"clientGroup":"g-ann","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusConflict, producer.CodeGroupOwned},
-		{"1001 mutations", "", ann, `{"clientGroup":"g","mutations":[` + strings.Repeat(put("c9", 1)+",", 1000) + put("c9", 1) + `]}`, nil, http.StatusRequestEntityTooLarge, producer.CodeTooLarge},
+		{"no token", "", "", `{"clientGroup":"g","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusUnauthorized, wire.CodeUnauthenticated},
+		{"a read token", "", reader, `{"clientGroup":"g","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusForbidden, wire.CodeForbidden},
+		{"not JSON", "", ann, `{"clientGroup":`, nil, http.StatusBadRequest, wire.CodeMalformed},
+		{"no mutations", "", ann, `{"clientGroup":"g","mutations":[]}`, nil, http.StatusBadRequest, wire.CodeEmptyBatch},
+		{"an unknown wait", "?wait=soon", ann, `{"clientGroup":"g","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusBadRequest, wire.CodeInvalid},
+		{"text", "", ann, `{}`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMedia},
+		{"another's client group", "", bob, `{"clientGroup":"g-ann","mutations":[` + put("c9", 1) + `]}`, nil, http.StatusConflict, wire.CodeGroupOwned},
+		{"1001 mutations", "", ann, `{"clientGroup":"g","mutations":[` + strings.Repeat(put("c9", 1)+",", 1000) + put("c9", 1) + `]}`, nil, http.StatusRequestEntityTooLarge, wire.CodeTooLarge},
 	} {
 		if r := push(c.query, c.token, c.body, c.header...); r.status != c.status || r.errorCode() != c.code {
 			t.Errorf("%s: %d %s, want %d %s", c.what, r.status, r.body, c.status, c.code)
@@ -81,7 +81,7 @@ func TestPushesMatchOpenAPI(t *testing.T) {
 	if r := rep(0, ``); r.status != http.StatusOK || !strings.Contains(string(r.body), "VersionNotSupported") {
 		t.Fatalf("replicache push version 0: %d %s", r.status, r.body)
 	}
-	if r := rep(1, `{"clientID":"rc","id":"two"}`); r.status != http.StatusBadRequest || r.errorCode() != producer.CodeInvalid {
+	if r := rep(1, `{"clientID":"rc","id":"two"}`); r.status != http.StatusBadRequest || r.errorCode() != wire.CodeInvalid {
 		t.Fatalf("replicache push with a bad id: %d %s", r.status, r.body)
 	}
 }

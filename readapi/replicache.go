@@ -12,6 +12,7 @@ import (
 
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // Replicache's pull, pullVersion 1, over Canon's store.
@@ -83,7 +84,7 @@ type orderedCookie struct {
 	Version uint64 `json:"version"`
 }
 
-func parseCookie(raw json.RawMessage) (cookie, *Error) {
+func parseCookie(raw json.RawMessage) (cookie, *wire.Error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return cookie{null: true}, nil
@@ -125,7 +126,7 @@ func (s *Server) handleReplicachePull(w http.ResponseWriter, r *http.Request) {
 	var req pullRequest
 	// Replicache may add fields: unknown ones are ignored.
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeMalformed,
+		writeError(w, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeMalformed,
 			Message: "the body is not a Replicache pull request: " + err.Error()})
 		return
 	}
@@ -155,7 +156,7 @@ func (s *Server) handleReplicachePull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ch.GroupPrincipal != "" && ch.GroupPrincipal != c.claims.Principal() {
-		writeError(w, &Error{Status: http.StatusForbidden, Code: CodeForbidden,
+		writeError(w, &wire.Error{Status: http.StatusForbidden, Code: wire.CodeForbidden,
 			Message: fmt.Sprintf("client group %s of %s/%s belongs to another principal", req.ClientGroupID, c.org, c.project),
 			Hint:    "a client group is bound to the principal that first pushed with it: pull with that principal's token"})
 		return
@@ -211,22 +212,22 @@ func sortedKeys(m map[string]json.RawMessage) []string {
 }
 
 // readPull checks the content type and reads at most MaxPullBytes.
-func (s *Server) readPull(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+func (s *Server) readPull(w http.ResponseWriter, r *http.Request) ([]byte, *wire.Error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+		return nil, &wire.Error{Status: http.StatusUnsupportedMediaType, Code: wire.CodeUnsupportedMedia,
 			Message: fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")),
 			Hint:    "send the pull request as JSON with 'Content-Type: application/json'"}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxPullBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+		return nil, &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeTooLarge,
 			Message: fmt.Sprintf("the body is over the limit of %d bytes", s.cfg.MaxPullBytes),
 			Hint:    "a pull request is a small JSON object: check what the client sends"}
 	}
 	if err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: CodeMalformed, Message: "read body: " + err.Error()}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeMalformed, Message: "read body: " + err.Error()}
 	}
 	return body, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/wire"
 )
 
 type pullAnswer struct {
@@ -104,7 +105,7 @@ func TestReplicachePull(t *testing.T) {
 
 	// Another principal's group.
 	mallory := e.token("mallory", []string{"doc"}, auth.ScopeRead)
-	if r, _ := e.pull(mallory, "g-c1", "null"); r.status != http.StatusForbidden || r.errorCode() != CodeForbidden {
+	if r, _ := e.pull(mallory, "g-c1", "null"); r.status != http.StatusForbidden || r.errorCode() != wire.CodeForbidden {
 		t.Fatalf("another principal's group: %d %s", r.status, r.body)
 	}
 	// Protocol and input errors.
@@ -117,11 +118,11 @@ func TestReplicachePull(t *testing.T) {
 		status int
 		code   string
 	}{
-		{`{"pullVersion":1,"clientGroupID":"g","cookie":"x"}`, 400, CodeInvalid},
-		{`{"pullVersion":1,"clientGroupID":"g","cookie":-1}`, 400, CodeInvalid},
-		{`{"pullVersion":1,"clientGroupID":"g","cookie":{"order":1,"version":2}}`, 400, CodeInvalid},
-		{`{"pullVersion":1,"clientGroupID":""}`, 400, CodeInvalid},
-		{`{"pullVersion":1`, 400, CodeMalformed},
+		{`{"pullVersion":1,"clientGroupID":"g","cookie":"x"}`, 400, wire.CodeInvalid},
+		{`{"pullVersion":1,"clientGroupID":"g","cookie":-1}`, 400, wire.CodeInvalid},
+		{`{"pullVersion":1,"clientGroupID":"g","cookie":{"order":1,"version":2}}`, 400, wire.CodeInvalid},
+		{`{"pullVersion":1,"clientGroupID":""}`, 400, wire.CodeInvalid},
+		{`{"pullVersion":1`, 400, wire.CodeMalformed},
 	} {
 		r := e.api.do(http.MethodPost, "/replicache/v1/acme/doc/pull", tok, []byte(c.body))
 		if r.status != c.status || r.errorCode() != c.code {

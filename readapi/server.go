@@ -23,6 +23,7 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // Defaults of Config.
@@ -172,7 +173,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, params ...string)
 	return c, true
 }
 
-func (s *Server) check(r *http.Request, c *call, params []string) *Error {
+func (s *Server) check(r *http.Request, c *call, params []string) *wire.Error {
 	if err := schemas.ValidateOrg("org", c.org); err != nil {
 		return invalid("org", err.Error(), "")
 	}
@@ -199,7 +200,7 @@ func (s *Server) check(r *http.Request, c *call, params []string) *Error {
 	}
 	c.claims = claims
 	if p := s.cfg.Store.PartitionOf(c.org, c.project); !s.serving(p) {
-		return &Error{Status: http.StatusMisdirectedRequest, Code: CodePartitionNotServed,
+		return &wire.Error{Status: http.StatusMisdirectedRequest, Code: wire.CodePartitionNotServed,
 			Message: fmt.Sprintf("project %s/%s is on partition %d of %s, which this instance does not serve (it serves %s)",
 				c.org, c.project, p, schemas.TopicVersions, s.servedList()),
 			Hint: fmt.Sprintf("send the request to an instance that serves partition %d", p)}
@@ -215,7 +216,7 @@ func (s *Server) serving(p int32) bool {
 }
 
 // checkParams refuses unknown and repeated query parameters.
-func checkParams(r *http.Request, params []string) *Error {
+func checkParams(r *http.Request, params []string) *wire.Error {
 	q := r.URL.Query()
 	for name := range q {
 		if !slices.Contains(params, name) {
@@ -234,7 +235,7 @@ func checkParams(r *http.Request, params []string) *Error {
 }
 
 // verify checks the request's bearer token.
-func (s *Server) verify(r *http.Request) (*auth.Claims, *Error) {
+func (s *Server) verify(r *http.Request) (*auth.Claims, *wire.Error) {
 	token, err := auth.BearerToken(r.Header.Get("Authorization"))
 	if err != nil {
 		return nil, authError(err)

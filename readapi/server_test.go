@@ -18,6 +18,7 @@ import (
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
 // fill makes a history on project "doc" of acme: two clients, puts,
@@ -204,35 +205,35 @@ func TestErrors(t *testing.T) {
 		status      int
 		code, field string
 	}{
-		{"/v1/projects/acme/doc", "", http.StatusUnauthorized, CodeUnauthenticated, ""},
-		{"/v1/projects/acme/doc", "garbage", http.StatusUnauthorized, CodeUnauthenticated, ""},
-		{"/v1/projects/acme/doc", other, http.StatusForbidden, CodeForbidden, ""},
-		{"/v1/projects/Acme/doc", tok, http.StatusBadRequest, CodeInvalid, "org"},
-		{"/v1/projects/acme/doc?at=0", tok, http.StatusBadRequest, CodeInvalid, "at"},
-		{"/v1/projects/acme/doc?at=x", tok, http.StatusBadRequest, CodeInvalid, "at"},
-		{"/v1/projects/acme/doc?items=all", tok, http.StatusBadRequest, CodeInvalid, "items"},
-		{"/v1/projects/acme/doc?brnch=main", tok, http.StatusBadRequest, CodeInvalid, "brnch"},
-		{"/v1/projects/acme/doc?branch=-x", tok, http.StatusBadRequest, CodeInvalid, "branch"},
-		{"/v1/projects/acme/doc?at=1&at=2", tok, http.StatusBadRequest, CodeInvalid, "at"},
-		{"/v1/projects/acme/doc/versions?limit=5000", tok, http.StatusBadRequest, CodeInvalid, "limit"},
-		{"/v1/projects/acme/doc/items/no%20tes/a", tok, http.StatusBadRequest, CodeInvalid, "collection"},
-		{"/v1/projects/acme/doc/blobs/ABC", tok, http.StatusBadRequest, CodeInvalid, "hash"},
-		{"/v1/projects/acme/doc/clients/c1/mutations/0", tok, http.StatusBadRequest, CodeInvalid, "id"},
-		{"/v1/projects/acme/doc?branch=nope", tok, http.StatusNotFound, CodeBranchNotFound, ""},
-		{"/v1/projects/acme/doc?at=7", tok, http.StatusNotFound, CodeVersionNotFound, "at"},
-		{"/v1/projects/acme/doc/versions?branch=nope", tok, http.StatusNotFound, CodeBranchNotFound, ""},
-		{"/v1/projects/acme/doc/items/notes/b%2F1", tok, http.StatusNotFound, CodeItemNotFound, ""},
-		{"/v1/projects/acme/doc/items/notes/a?at=1", tok, http.StatusNotFound, CodeItemNotFound, ""},
-		{"/v1/projects/acme/doc/blobs/" + hash, tok, http.StatusNotFound, CodeBlobNotFound, ""},
-		{"/v1/projects/acme/doc/clients/c1?branch=nope", tok, http.StatusNotFound, CodeBranchNotFound, ""},
-		{"/v1/projects/acme/" + onP0, tok, http.StatusMisdirectedRequest, CodePartitionNotServed, ""},
+		{"/v1/projects/acme/doc", "", http.StatusUnauthorized, wire.CodeUnauthenticated, ""},
+		{"/v1/projects/acme/doc", "garbage", http.StatusUnauthorized, wire.CodeUnauthenticated, ""},
+		{"/v1/projects/acme/doc", other, http.StatusForbidden, wire.CodeForbidden, ""},
+		{"/v1/projects/Acme/doc", tok, http.StatusBadRequest, wire.CodeInvalid, "org"},
+		{"/v1/projects/acme/doc?at=0", tok, http.StatusBadRequest, wire.CodeInvalid, "at"},
+		{"/v1/projects/acme/doc?at=x", tok, http.StatusBadRequest, wire.CodeInvalid, "at"},
+		{"/v1/projects/acme/doc?items=all", tok, http.StatusBadRequest, wire.CodeInvalid, "items"},
+		{"/v1/projects/acme/doc?brnch=main", tok, http.StatusBadRequest, wire.CodeInvalid, "brnch"},
+		{"/v1/projects/acme/doc?branch=-x", tok, http.StatusBadRequest, wire.CodeInvalid, "branch"},
+		{"/v1/projects/acme/doc?at=1&at=2", tok, http.StatusBadRequest, wire.CodeInvalid, "at"},
+		{"/v1/projects/acme/doc/versions?limit=5000", tok, http.StatusBadRequest, wire.CodeInvalid, "limit"},
+		{"/v1/projects/acme/doc/items/no%20tes/a", tok, http.StatusBadRequest, wire.CodeInvalid, "collection"},
+		{"/v1/projects/acme/doc/blobs/ABC", tok, http.StatusBadRequest, wire.CodeInvalid, "hash"},
+		{"/v1/projects/acme/doc/clients/c1/mutations/0", tok, http.StatusBadRequest, wire.CodeInvalid, "id"},
+		{"/v1/projects/acme/doc?branch=nope", tok, http.StatusNotFound, wire.CodeBranchNotFound, ""},
+		{"/v1/projects/acme/doc?at=7", tok, http.StatusNotFound, wire.CodeVersionNotFound, "at"},
+		{"/v1/projects/acme/doc/versions?branch=nope", tok, http.StatusNotFound, wire.CodeBranchNotFound, ""},
+		{"/v1/projects/acme/doc/items/notes/b%2F1", tok, http.StatusNotFound, wire.CodeItemNotFound, ""},
+		{"/v1/projects/acme/doc/items/notes/a?at=1", tok, http.StatusNotFound, wire.CodeItemNotFound, ""},
+		{"/v1/projects/acme/doc/blobs/" + hash, tok, http.StatusNotFound, wire.CodeBlobNotFound, ""},
+		{"/v1/projects/acme/doc/clients/c1?branch=nope", tok, http.StatusNotFound, wire.CodeBranchNotFound, ""},
+		{"/v1/projects/acme/" + onP0, tok, http.StatusMisdirectedRequest, wire.CodePartitionNotServed, ""},
 	} {
 		r := e.api.get(c.path, c.token)
 		if r.status != c.status || r.errorCode() != c.code {
 			t.Errorf("%s: %d %s, want %d %s", c.path, r.status, r.body, c.status, c.code)
 			continue
 		}
-		var body struct{ Error Error }
+		var body struct{ Error wire.Error }
 		r.json(t, &body)
 		if body.Error.Field != c.field || body.Error.Message == "" {
 			t.Errorf("%s: field %q, want %q: %s", c.path, body.Error.Field, c.field, r.body)
@@ -323,7 +324,7 @@ func TestServesFollowsOwnership(t *testing.T) {
 	e.srv.cfg.Serves = func(p int32) bool { return p != doc || owned.Load() }
 
 	r := e.api.get("/v1/projects/acme/doc", tok)
-	if r.status != http.StatusMisdirectedRequest || r.errorCode() != CodePartitionNotServed || !strings.Contains(string(r.body), fmt.Sprintf("partition %d", doc)) {
+	if r.status != http.StatusMisdirectedRequest || r.errorCode() != wire.CodePartitionNotServed || !strings.Contains(string(r.body), fmt.Sprintf("partition %d", doc)) {
 		t.Fatalf("not owned: %d %s", r.status, r.body)
 	}
 	owned.Store(true)

@@ -24,6 +24,7 @@ import (
 	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/readapi"
 	"github.com/canon-sync/canon/webui"
+	"github.com/canon-sync/canon/wire"
 )
 
 // startUIServer serves what the readapi role serves in canon dev (the
@@ -82,7 +83,7 @@ func startServer(t *testing.T, ctx context.Context, pl *pipeline, cors *httpapi.
 }
 
 // push pushes mutations over HTTP and waits for their outcomes.
-func push(t *testing.T, base, token, project, group string, muts ...map[string]any) []producer.Outcome {
+func push(t *testing.T, base, token, project, group string, muts ...map[string]any) []wire.Outcome {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{"clientGroup": group, "mutations": muts})
 	if err != nil {
@@ -101,7 +102,7 @@ func push(t *testing.T, base, token, project, group string, muts ...map[string]a
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	var out struct {
-		Outcomes []producer.Outcome `json:"outcomes"`
+		Outcomes []wire.Outcome `json:"outcomes"`
 	}
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &out) != nil || len(out.Outcomes) != len(muts) {
 		t.Fatalf("push: %d %s", resp.StatusCode, body)

@@ -13,6 +13,7 @@ import (
 	"github.com/canon-sync/canon/client"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
 // On the real broker, a push with ?wait=applied answers with what became
@@ -88,8 +89,8 @@ func TestClientGroupBinding(t *testing.T) {
 		{Client: "a1", ID: 2, Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":666}`)}}}
 	_, err := mallory.Push(ctx, "acme", "p1", spoof, client.PushOptions{})
 	var apiErr *client.Error
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Code != producer.CodeGroupOwned || apiErr.Field != "clientGroup" {
-		t.Fatalf("mallory pushing into alice's group: %v, want 409 %s", err, producer.CodeGroupOwned)
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Code != wire.CodeGroupOwned || apiErr.Field != "clientGroup" {
+		t.Fatalf("mallory pushing into alice's group: %v, want 409 %s", err, wire.CodeGroupOwned)
 	}
 
 	// A producer started after the binding does not know it.
@@ -134,9 +135,9 @@ func TestClientBinding(t *testing.T) {
 		{Client: "c1", ID: 2, Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":666}`)}}}
 	_, err := p2.Push(ctx, "acme", "p1", takeover, client.PushOptions{})
 	var apiErr *client.Error
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Code != producer.CodeClientOwned ||
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Code != wire.CodeClientOwned ||
 		apiErr.Field != "mutations[0].client" || !strings.Contains(apiErr.Message, "belongs to client group g1") {
-		t.Fatalf("p2 pushing p1's client: %v, want 409 %s", err, producer.CodeClientOwned)
+		t.Fatalf("p2 pushing p1's client: %v, want 409 %s", err, wire.CodeClientOwned)
 	}
 
 	fresh := client.New(pl.serveProducer(t, producer.Config{Partitions: 3}), client.WithToken(pl.token(t, "p2", "p1")))

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/canon-sync/canon/wire"
 )
 
 // CORS lets browser apps of other origins use Canon's APIs: it answers
@@ -40,9 +42,6 @@ const (
 	// corsExposed are the answer headers a page may read besides the
 	// simple ones.
 	corsExposed = "ETag, Retry-After, WWW-Authenticate"
-	// CodeOriginNotAllowed is the code of a refused preflight or
-	// websocket upgrade.
-	CodeOriginNotAllowed = "origin_not_allowed"
 )
 
 // NewCORS parses allowed origin patterns (see CORS); none allows no other
@@ -149,7 +148,7 @@ func (c *CORS) Handler(next http.Handler) http.Handler {
 			h.Add("Vary", "Access-Control-Request-Method")
 			h.Add("Vary", "Access-Control-Request-Headers")
 			if !c.Allowed(origin) {
-				WriteError(w, &Error{Status: http.StatusForbidden, Code: CodeOriginNotAllowed,
+				WriteError(w, &wire.Error{Status: http.StatusForbidden, Code: wire.CodeOriginNotAllowed,
 					Message: fmt.Sprintf("origin %q may not use this server", origin),
 					Hint:    "add it to the server's allowed origins (--cors-origins)"})
 				return

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/canon-sync/canon/wire"
 )
 
 func TestCORSAllowed(t *testing.T) {
@@ -98,7 +100,7 @@ func TestCORSHandler(t *testing.T) {
 	// Another origin's preflight: refused, with why.
 	rec = do(http.MethodOptions, "https://evil.example", true)
 	if rec.Code != http.StatusForbidden || rec.Header().Get("Access-Control-Allow-Origin") != "" ||
-		!strings.Contains(rec.Body.String(), CodeOriginNotAllowed) || !strings.Contains(rec.Body.String(), "--cors-origins") || reached != 0 {
+		!strings.Contains(rec.Body.String(), wire.CodeOriginNotAllowed) || !strings.Contains(rec.Body.String(), "--cors-origins") || reached != 0 {
 		t.Fatalf("refused preflight: %d %v %s", rec.Code, rec.Header(), rec.Body)
 	}
 	// Requests go through; only an allowed origin's answer is marked.

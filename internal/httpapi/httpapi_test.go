@@ -12,16 +12,18 @@ import (
 	"testing"
 
 	"github.com/canon-sync/canon/internal/auth"
+
+	"github.com/canon-sync/canon/wire"
 )
 
 func TestWriteError(t *testing.T) {
 	for _, tc := range []struct {
-		e                        *Error
+		e                        *wire.Error
 		retryAfter, authenticate string
 	}{
-		{&Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "slow down", RetryAfter: 3}, "3", ""},
-		{&Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "no token", Hint: "send one"}, "", `Bearer realm="canon"`},
-		{&Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: "bad", Field: "from"}, "", ""},
+		{&wire.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "slow down", RetryAfter: 3}, "3", ""},
+		{&wire.Error{Status: http.StatusUnauthorized, Code: wire.CodeUnauthenticated, Message: "no token", Hint: "send one"}, "", `Bearer realm="canon"`},
+		{&wire.Error{Status: http.StatusBadRequest, Code: "invalid_field", Message: "bad", Field: "from"}, "", ""},
 	} {
 		rec := httptest.NewRecorder()
 		WriteError(rec, tc.e)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -21,9 +22,9 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/testenv"
-	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // fanout is a live server without Kafka: the benchmark publishes into its
@@ -48,6 +49,12 @@ func newFanout(b *testing.B, projects, subsPerProject, versions int) *fanout {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = st.Close() })
+	// The writers send a version only once the store holds its changelog
+	// offset; the hub gets versions without a store, whose offset is set
+	// past them all.
+	if err := st.Apply(0, nil, int64(versions)+1); err != nil {
+		b.Fatal(err)
+	}
 	keys := auth.NewKeyset()
 	if err := keys.Generate("k"); err != nil {
 		b.Fatal(err)
@@ -200,17 +207,29 @@ func BenchmarkFanOut(b *testing.B) {
 	}
 }
 
-// The baseline: the same bytes written as prepared messages to the same
-// number of loopback websockets by one goroutine per connection, without
-// the hub, queues or subscription logic, as fast as the slowest client
-// drains ("max") or a round every 5ms ("200k"), like BenchmarkFanOut.
+// The baseline: the same bytes written to the same number of loopback
+// websockets by one goroutine per connection, without the hub, queues or
+// subscription logic, as fast as the slowest client drains ("max") or a
+// round every 5ms ("200k"), like BenchmarkFanOut; as gorilla's prepared
+// messages ("prepared") or as frames written to the connection
+// ("frames"), what a subscriber's writer has queued in one writev.
 func BenchmarkRawWrites(b *testing.B) {
 	for _, mode := range fanoutModes {
-		b.Run(mode.name, func(b *testing.B) { rawWrites(b, mode.tick, fanoutWindow) })
+		for _, w := range writers {
+			b.Run(mode.name+"/"+w.name, func(b *testing.B) { rawWrites(b, mode.tick, fanoutWindow, w.prepared) })
+		}
 	}
 }
 
-func rawWrites(b *testing.B, tick time.Duration, window int) {
+// writers are the two ways of writing a message encoded once to many
+// sockets: gorilla's prepared messages, or frames written beside the
+// library, several in one writev, which is what the server does.
+var writers = []struct {
+	name     string
+	prepared bool
+}{{"frames", false}, {"prepared", true}}
+
+func rawWrites(b *testing.B, tick time.Duration, window int, prepared bool) {
 	const conns = 1000
 	up := websocket.Upgrader{WriteBufferPool: &sync.Pool{}}
 	serverConns := make(chan *websocket.Conn, conns)
@@ -238,17 +257,44 @@ func rawWrites(b *testing.B, tick time.Duration, window int) {
 		}
 	}()
 	pms := make([]*websocket.PreparedMessage, b.N+1)
+	frames := make([][]byte, b.N+1)
 	for v := 1; v <= b.N; v++ {
 		msg, _ := encodeVersion(benchVersion(0, uint64(v)))
-		pms[v], _ = websocket.NewPreparedMessage(websocket.TextMessage, msg)
+		if prepared {
+			pms[v], _ = websocket.NewPreparedMessage(websocket.TextMessage, msg)
+		} else {
+			frames[v] = textFrame(msg)
+		}
 	}
 	queues := make([]chan int, conns)
 	var writers sync.WaitGroup
 	for i, ws := range server {
 		queues[i] = make(chan int, 4096)
 		writers.Go(func() {
+			var batch net.Buffers
 			for v := range queues[i] {
-				if err := ws.WritePreparedMessage(pms[v]); err != nil {
+				if prepared {
+					if err := ws.WritePreparedMessage(pms[v]); err != nil {
+						panic(err)
+					}
+					continue
+				}
+				// What is queued goes in one writev, as a subscriber's
+				// writer does.
+				batch = append(batch[:0], frames[v])
+				for more := true; more; {
+					select {
+					case v, ok := <-queues[i]:
+						if !ok {
+							more = false
+							break
+						}
+						batch = append(batch, frames[v])
+					default:
+						more = false
+					}
+				}
+				if _, err := batch.WriteTo(ws.NetConn()); err != nil {
 					panic(err)
 				}
 			}
@@ -345,7 +391,7 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.close()
-		c.expect(TypeHello)
+		c.expect(wire.TypeHello)
 		readers.Go(func() {
 			for got := 0; got < b.N; {
 				_ = c.ws.SetReadDeadline(time.Now().Add(time.Minute))
@@ -357,8 +403,8 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 					return
 				}
 				now := time.Now()
-				var v VersionMessage
-				if err := json.Unmarshal(raw, &v); err != nil || v.Type != TypeVersion {
+				var v wire.VersionMessage
+				if err := json.Unmarshal(raw, &v); err != nil || v.Type != wire.TypeVersion {
 					continue
 				}
 				mu.Lock()
@@ -402,7 +448,7 @@ func BenchmarkPushToWebsocket(b *testing.B) {
 				mu.Lock()
 				sent[key{p, id}] = t0
 				mu.Unlock()
-				_, perr := e.prod.Push(ctx, claims[p], "acme", fmt.Sprintf("bp%d", p), producer.PushRequest{ClientGroup: "g", Mutations: []producer.PushMutation{
+				_, perr := e.prod.Push(ctx, claims[p], "acme", fmt.Sprintf("bp%d", p), wire.PushRequest{ClientGroup: "g", Mutations: []wire.PushMutation{
 					{Client: "c", ID: id, Name: "item.put", Args: json.RawMessage(fmt.Sprintf(`{"collection":"c","id":"x","data":%d}`, id))}}})
 				if perr != nil {
 					b.Error(perr)

@@ -23,6 +23,7 @@ import (
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -156,12 +157,12 @@ func (e *env) token(org string, projects []string, ttl time.Duration, scopes ...
 func (e *env) push(org, project, client string, ids ...uint64) error {
 	c := &auth.Claims{Org: org, Projects: []string{project}, Scopes: []string{auth.ScopeWrite}}
 	c.Subject = "user:" + client
-	var ms []producer.PushMutation
+	var ms []wire.PushMutation
 	for _, id := range ids {
-		ms = append(ms, producer.PushMutation{Client: client, ID: id, Name: "item.put",
+		ms = append(ms, wire.PushMutation{Client: client, ID: id, Name: "item.put",
 			Args: json.RawMessage(fmt.Sprintf(`{"collection":"c","id":%q,"data":{"n":%d}}`, client, id))})
 	}
-	_, perr := e.prod.Push(e.ctx, c, org, project, producer.PushRequest{ClientGroup: "g-" + client, Mutations: ms})
+	_, perr := e.prod.Push(e.ctx, c, org, project, wire.PushRequest{ClientGroup: "g-" + client, Mutations: ms})
 	if perr != nil {
 		return perr
 	}
@@ -220,11 +221,11 @@ func bearer(tok string) http.Header { return http.Header{"Authorization": {"Bear
 
 // msg is a received message: its type, raw bytes and decoded fields.
 type msg struct {
-	Type    string          `json:"type"`
-	Version uint64          `json:"version"`
-	Head    uint64          `json:"head"`
-	Reason  string          `json:"reason"`
-	Error   *producer.Error `json:"error"`
+	Type    string      `json:"type"`
+	Version uint64      `json:"version"`
+	Head    uint64      `json:"head"`
+	Reason  string      `json:"reason"`
+	Error   *wire.Error `json:"error"`
 	raw     []byte
 }
 

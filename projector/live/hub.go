@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/internal/changelog"
+	"github.com/canon-sync/canon/wire"
 )
 
 // projectKey and the branch name address a subscription.
@@ -237,7 +238,7 @@ func (h *hub) publishRejected(ev changelog.Event) {
 	if len(branches) == 0 {
 		return
 	}
-	frame := h.prepare(encodeRejected(ev.Rejected))
+	frame := h.prepare(wire.EncodeRejected(ev.Rejected))
 	if frame == nil {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // A subscriber's queue: bounded; while catching up, versions that do not
@@ -201,7 +202,7 @@ func TestStoreBehindCloses(t *testing.T) {
 	}
 	defer c.close()
 	code, got := c.closeCode()
-	if code != CloseServerError || len(got) != 1 || got[0].Error.Code != CodeStoreBehind {
+	if code != wire.CloseServerError || len(got) != 1 || got[0].Error.Code != wire.CodeStoreBehind {
 		t.Fatalf("close %d after %v", code, got)
 	}
 
@@ -217,13 +218,13 @@ func TestNoPusher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	if h := c.expect(TypeHello); !strings.Contains(string(h.raw), `"push":false`) {
+	if h := c.expect(wire.TypeHello); !strings.Contains(string(h.raw), `"push":false`) {
 		t.Fatalf("hello %s", h.raw)
 	}
 	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"push","requestId":"a","clientGroup":"g","mutations":[{"client":"c","id":1,"name":"item.put","args":{}}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if m := c.expect(TypeError); m.Error.Code != CodePushDisabled {
+	if m := c.expect(wire.TypeError); m.Error.Code != wire.CodePushDisabled {
 		t.Fatalf("push without a pusher: %s", m.raw)
 	}
 }
@@ -237,20 +238,20 @@ func collect(t *testing.T, srv *httptest.Server, h http.Header, org, project str
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.expect(TypeHello)
+		c.expect(wire.TypeHello)
 		for from+uint64(len(vs)) < total {
 			m, err := c.next(time.Minute)
-			if ce := (*websocket.CloseError)(nil); errors.As(err, &ce) && ce.Code == CloseSlow {
+			if ce := (*websocket.CloseError)(nil); errors.As(err, &ce) && ce.Code == wire.CloseSlow {
 				break
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch m.Type {
-			case TypeVersion:
+			case wire.TypeVersion:
 				vs = append(vs, m)
-			case TypeError:
-				if m.Error.Code != CodeSlow {
+			case wire.TypeError:
+				if m.Error.Code != wire.CodeSlow {
 					t.Fatalf("unexpected %s", m.raw)
 				}
 			default:

@@ -24,15 +24,15 @@ import (
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
+	"github.com/canon-sync/canon/wire"
 )
 
 // Defaults of Config.
 const (
 	DefaultQueueSize       = 1024
-	DefaultMaxMessageBytes = producer.DefaultMaxBodyBytes
+	DefaultMaxMessageBytes = 4 << 20 // the producer's DefaultMaxBodyBytes
 	DefaultPingInterval    = 25 * time.Second
 	DefaultPongWait        = 60 * time.Second
 	DefaultWriteTimeout    = 10 * time.Second
@@ -42,10 +42,10 @@ const (
 	DefaultClientID        = "canon-live"
 )
 
-// Pusher writes mutations pushed on a socket: *producer.Producer is one.
-// Pass a nil interface, not a nil *producer.Producer, to refuse pushes.
+// Pusher writes mutations pushed on a socket: the producer's *Producer is
+// one. Pass a nil interface, not a nil *Producer, to refuse pushes.
 type Pusher interface {
-	Push(ctx context.Context, claims *auth.Claims, org, project string, req producer.PushRequest) ([]producer.Written, *producer.Error)
+	Push(ctx context.Context, claims *auth.Claims, org, project string, req wire.PushRequest) ([]wire.Written, *wire.Error)
 }
 
 // Config configures a Server.
@@ -215,8 +215,9 @@ func New(cfg Config) (*Server, error) {
 		HandshakeTimeout: cfg.WriteTimeout,
 		ReadBufferSize:   4 << 10,
 		WriteBufferSize:  4 << 10,
-		// Versions are written as prepared messages, which skip the write
-		// buffer: pool it rather than hold 4 KiB per idle connection.
+		// Versions are written as frames beside the library, which skip
+		// the write buffer: pool it rather than hold 4 KiB per idle
+		// connection.
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     cfg.CheckOrigin,
 	}

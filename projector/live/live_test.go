@@ -19,8 +19,8 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/testenv"
-	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/wire"
 )
 
 // The websocket on the real broker, with the producer, sequencer and store
@@ -76,7 +76,7 @@ func testConcurrentPushes(t *testing.T, e *env) {
 				return
 			}
 			hello, err := c.next(time.Minute)
-			if err != nil || hello.Type != TypeHello {
+			if err != nil || hello.Type != wire.TypeHello {
 				errs <- fmt.Errorf("hello: %s %w", hello.raw, err)
 				return
 			}
@@ -92,7 +92,7 @@ func testConcurrentPushes(t *testing.T, e *env) {
 					errs <- fmt.Errorf("%s from %d after %d: %w", project, start, last, err)
 					return
 				}
-				if m.Type != TypeVersion {
+				if m.Type != wire.TypeVersion {
 					continue
 				}
 				got = append(got, m)
@@ -103,7 +103,7 @@ func testConcurrentPushes(t *testing.T, e *env) {
 						errs <- err
 						return
 					}
-					if m, err := c.next(time.Minute); err != nil || m.Type != TypeHello {
+					if m, err := c.next(time.Minute); err != nil || m.Type != wire.TypeHello {
 						errs <- fmt.Errorf("hello on resume: %s %w", m.raw, err)
 						return
 					}
@@ -198,7 +198,7 @@ func testSlowConsumer(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	c.expect(TypeHello)
+	c.expect(wire.TypeHello)
 	// Push until the server gives up on the client, which reads nothing.
 	var id uint64
 	for testutil.ToFloat64(slow.m.overflows) == 0 {
@@ -214,16 +214,16 @@ func testSlowConsumer(t *testing.T, e *env) {
 		}
 	}
 	code, got := c.closeCode()
-	if code != CloseSlow {
-		t.Fatalf("close code %d, want %d", code, CloseSlow)
+	if code != wire.CloseSlow {
+		t.Fatalf("close code %d, want %d", code, wire.CloseSlow)
 	}
 	var vs []msg
 	for _, m := range got {
 		switch m.Type {
-		case TypeVersion:
+		case wire.TypeVersion:
 			vs = append(vs, m)
-		case TypeError:
-			if m.Error.Code != CodeSlow || !strings.Contains(m.Error.Hint, fmt.Sprintf("from=%d", uint64(len(vs)))) {
+		case wire.TypeError:
+			if m.Error.Code != wire.CodeSlow || !strings.Contains(m.Error.Hint, fmt.Sprintf("from=%d", uint64(len(vs)))) {
 				t.Fatalf("error message %s after %d versions", m.raw, len(vs))
 			}
 		default:
@@ -243,9 +243,9 @@ func testSlowConsumer(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c2.close()
-	c2.expect(TypeHello)
+	c2.expect(wire.TypeHello)
 	for uint64(len(vs)) < id {
-		vs = append(vs, c2.expect(TypeVersion))
+		vs = append(vs, c2.expect(wire.TypeVersion))
 	}
 	checkVersions(t, e.st, "acme", "slow", "main", 0, vs)
 	t.Logf("closed as slow after %d of %d versions", last, id)
@@ -275,15 +275,15 @@ func testAuth(t *testing.T, e *env) {
 		code   int
 		err    string
 	}{
-		{"no token", "", "", CloseUnauthenticated, CodeUnauthenticated},
-		{"garbage", "token=abc", "", CloseUnauthenticated, CodeUnauthenticated},
-		{"forged", "", forged, CloseUnauthenticated, CodeUnauthenticated},
-		{"expired", "token=" + expired, "", CloseUnauthenticated, CodeUnauthenticated},
-		{"other project", "", e.token("acme", []string{"elsewhere"}, time.Hour, auth.ScopeRead), CloseForbidden, CodeForbidden},
-		{"other org", "token=" + e.token("umbrella", []string{"*"}, time.Hour, auth.ScopeRead), "", CloseForbidden, CodeForbidden},
+		{"no token", "", "", wire.CloseUnauthenticated, wire.CodeUnauthenticated},
+		{"garbage", "token=abc", "", wire.CloseUnauthenticated, wire.CodeUnauthenticated},
+		{"forged", "", forged, wire.CloseUnauthenticated, wire.CodeUnauthenticated},
+		{"expired", "token=" + expired, "", wire.CloseUnauthenticated, wire.CodeUnauthenticated},
+		{"other project", "", e.token("acme", []string{"elsewhere"}, time.Hour, auth.ScopeRead), wire.CloseForbidden, wire.CodeForbidden},
+		{"other org", "token=" + e.token("umbrella", []string{"*"}, time.Hour, auth.ScopeRead), "", wire.CloseForbidden, wire.CodeForbidden},
 		{"bad branch", "branch=" + strings.Repeat("b", 300) + "&token=" + e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead), "",
-			CloseBadRequest, CodeBadRequest},
-		{"bad from", "from=-1", e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead), CloseBadRequest, CodeBadRequest},
+			wire.CloseBadRequest, wire.CodeBadRequest},
+		{"bad from", "from=-1", e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead), wire.CloseBadRequest, wire.CodeBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := bearer(tc.header)
@@ -296,7 +296,7 @@ func testAuth(t *testing.T, e *env) {
 			}
 			defer cl.close()
 			code, got := cl.closeCode()
-			if code != tc.code || len(got) != 1 || got[0].Type != TypeError || got[0].Error.Code != tc.err {
+			if code != tc.code || len(got) != 1 || got[0].Type != wire.TypeError || got[0].Error.Code != tc.err {
 				t.Fatalf("close %d after %d messages (%v), want %d after an error %s", code, len(got), got, tc.code, tc.err)
 			}
 		})
@@ -307,7 +307,7 @@ func testAuth(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer cl.close()
-	if m := cl.expect(TypeHello); !strings.Contains(string(m.raw), `"protocol":1`) {
+	if m := cl.expect(wire.TypeHello); !strings.Contains(string(m.raw), `"protocol":1`) {
 		t.Fatalf("hello %s", m.raw)
 	}
 	// A token that expires closes an open socket with 4001.
@@ -321,7 +321,7 @@ func testAuth(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer cs.close()
-	if code, got := cs.closeCode(); code != CloseUnauthenticated || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeTokenExpired {
+	if code, got := cs.closeCode(); code != wire.CloseUnauthenticated || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != wire.CodeTokenExpired {
 		t.Fatalf("expiring token: close %d after %v", code, got)
 	}
 }
@@ -342,16 +342,16 @@ func testReset(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	if h := c.expect(TypeHello); h.Head != 3 {
+	if h := c.expect(wire.TypeHello); h.Head != 3 {
 		t.Fatalf("hello %s", h.raw)
 	}
-	if r := c.expect(TypeReset); r.Reason != ReasonFutureVersion || r.Head != 3 {
+	if r := c.expect(wire.TypeReset); r.Reason != wire.ReasonFutureVersion || r.Head != 3 {
 		t.Fatalf("reset %s", r.raw)
 	}
 	if err := e.push("acme", "resetp", "r1", 4); err != nil {
 		t.Fatal(err)
 	}
-	if v := c.expect(TypeVersion); v.Version != 4 {
+	if v := c.expect(wire.TypeVersion); v.Version != 4 {
 		t.Fatalf("after reset: %s", v.raw)
 	}
 
@@ -360,8 +360,8 @@ func testReset(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer u.close()
-	u.expect(TypeHello)
-	if r := u.expect(TypeReset); r.Reason != ReasonUnknownBranch || r.Head != 0 || !strings.Contains(string(r.raw), `"branch":"nope"`) {
+	u.expect(wire.TypeHello)
+	if r := u.expect(wire.TypeReset); r.Reason != wire.ReasonUnknownBranch || r.Head != 0 || !strings.Contains(string(r.raw), `"branch":"nope"`) {
 		t.Fatalf("reset %s", r.raw)
 	}
 	// From 0 on a branch without versions is no reset: nothing is missed.
@@ -370,13 +370,13 @@ func testReset(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer z.close()
-	if h := z.expect(TypeHello); h.Head != 0 {
+	if h := z.expect(wire.TypeHello); h.Head != 0 {
 		t.Fatalf("hello %s", h.raw)
 	}
 	if err := z.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping","requestId":"p"}`)); err != nil {
 		t.Fatal(err)
 	}
-	z.expect(TypePong)
+	z.expect(wire.TypePong)
 }
 
 // Mutations pushed on the socket get their written positions at once,
@@ -389,7 +389,7 @@ func testPush(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	if h := c.expect(TypeHello); !strings.Contains(string(h.raw), `"push":true`) {
+	if h := c.expect(wire.TypeHello); !strings.Contains(string(h.raw), `"push":true`) {
 		t.Fatalf("hello %s", h.raw)
 	}
 	send := func(s string) {
@@ -409,19 +409,19 @@ func testPush(t *testing.T, e *env) {
 			Offset    int64  `json:"offset"`
 		} `json:"mutations"`
 	}
-	var outcomes []MutationMessage
+	var outcomes []wire.MutationMessage
 	for len(outcomes) < 2 || pushed.RequestID == "" {
 		m, err := c.next(time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch m.Type {
-		case TypePushed:
+		case wire.TypePushed:
 			if err := json.Unmarshal(m.raw, &pushed); err != nil {
 				t.Fatal(err)
 			}
-		case TypeVersion:
-			var v VersionMessage
+		case wire.TypeVersion:
+			var v wire.VersionMessage
 			if err := json.Unmarshal(m.raw, &v); err != nil {
 				t.Fatal(err)
 			}
@@ -442,16 +442,16 @@ func testPush(t *testing.T, e *env) {
 
 	// A gap: id 5 after 2.
 	send(`{"type":"push","requestId":"r2","clientGroup":"g1","mutations":[{"client":"c1","id":5,"name":"item.put","args":{"collection":"c","id":"a","data":2}}]}`)
-	var rejected RejectedMessage
+	var rejected wire.RejectedMessage
 	for sawPushed := false; !sawPushed || rejected.Type == ""; {
 		m, err := c.next(time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch m.Type {
-		case TypePushed:
+		case wire.TypePushed:
 			sawPushed = true
-		case TypeRejected:
+		case wire.TypeRejected:
 			if err := json.Unmarshal(m.raw, &rejected); err != nil {
 				t.Fatal(err)
 			}
@@ -466,16 +466,16 @@ func testPush(t *testing.T, e *env) {
 	// Client c1 belongs to group g1: pushed in g2 (by the same principal,
 	// here), the sequencer rejects it as unauthorized.
 	send(`{"type":"push","requestId":"r2b","clientGroup":"g2","mutations":[{"client":"c1","id":3,"name":"item.put","args":{"collection":"c","id":"a","data":3}}]}`)
-	rejected = RejectedMessage{}
+	rejected = wire.RejectedMessage{}
 	for sawPushed := false; !sawPushed || rejected.Type == ""; {
 		m, err := c.next(time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch m.Type {
-		case TypePushed:
+		case wire.TypePushed:
 			sawPushed = true
-		case TypeRejected:
+		case wire.TypeRejected:
 			if err := json.Unmarshal(m.raw, &rejected); err != nil {
 				t.Fatal(err)
 			}
@@ -496,19 +496,19 @@ func testPush(t *testing.T, e *env) {
 		{"{\"type\":\"push\",\"requestId\":\"u3\",\"clientGroup\":\"g1\",\"mutations\":[{\"client\":\"c\xc3\",\"id\":3,\"name\":\"item.put\",\"args\":{}}]}", "invalid_field", "mutations[0].client"},
 	} {
 		send(tc.body)
-		if m := c.expect(TypeError); m.Error.Code != tc.code || m.Error.Field != tc.field {
+		if m := c.expect(wire.TypeError); m.Error.Code != tc.code || m.Error.Field != tc.field {
 			t.Fatalf("%q: %s, want %s on %s", tc.body, m.raw, tc.code, tc.field)
 		}
 	}
 	for _, tc := range []struct{ body, code string }{
-		{`{"type":"push","requestId":"r3","branch":"other","clientGroup":"g1","mutations":[{"client":"c1","id":3,"name":"item.put","args":{}}]}`, CodeWrongBranch},
+		{`{"type":"push","requestId":"r3","branch":"other","clientGroup":"g1","mutations":[{"client":"c1","id":3,"name":"item.put","args":{}}]}`, wire.CodeWrongBranch},
 		{`{"type":"push","requestId":"r4","clientGroup":"g1","mutations":[]}`, "empty_batch"},
 		{`{"type":"push","requestId":"r5","clientGroup":"g1","bogus":1}`, "invalid_field"},
-		{`{"type":"subscribe","requestId":"r6"}`, CodeUnknownType},
-		{`not json`, CodeMalformed},
+		{`{"type":"subscribe","requestId":"r6"}`, wire.CodeUnknownType},
+		{`not json`, wire.CodeMalformedMessage},
 	} {
 		send(tc.body)
-		if m := c.expect(TypeError); m.Error.Code != tc.code {
+		if m := c.expect(wire.TypeError); m.Error.Code != tc.code {
 			t.Fatalf("%s: %s, want %s", tc.body, m.raw, tc.code)
 		}
 	}
@@ -518,11 +518,11 @@ func testPush(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer ro.close()
-	ro.expect(TypeHello)
+	ro.expect(wire.TypeHello)
 	if err := ro.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"push","requestId":"x","clientGroup":"g2","mutations":[{"client":"c2","id":1,"name":"item.put","args":{}}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if m := ro.expect(TypeError); m.Error.Code != CodeForbidden || !strings.Contains(string(m.raw), `"requestId":"x"`) {
+	if m := ro.expect(wire.TypeError); m.Error.Code != wire.CodeForbidden || !strings.Contains(string(m.raw), `"requestId":"x"`) {
 		t.Fatalf("read-only push: %s", m.raw)
 	}
 }
@@ -536,14 +536,14 @@ func testOversized(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	c.expect(TypeHello)
+	c.expect(wire.TypeHello)
 	big := fmt.Sprintf(`{"type":"push","requestId":"r","clientGroup":"g","mutations":[{"client":"c","id":1,"name":"item.put","args":{"collection":"c","id":"a","data":%q}}]}`,
 		strings.Repeat("x", 2000+rand.IntN(100)))
 	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(big)); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := c.closeCode(); code != CloseTooBig {
-		t.Fatalf("close code %d, want %d", code, CloseTooBig)
+	if code, _ := c.closeCode(); code != wire.CloseTooBig {
+		t.Fatalf("close code %d, want %d", code, wire.CloseTooBig)
 	}
 }
 
@@ -564,7 +564,7 @@ func testNotServed(t *testing.T, e *env) {
 	}
 	code, got := c.closeCode()
 	c.close()
-	if code != CloseNotServed || len(got) != 1 || got[0].Error == nil || got[0].Error.Code != CodeNotServed {
+	if code != wire.CloseNotServed || len(got) != 1 || got[0].Error == nil || got[0].Error.Code != wire.CodeNotServed {
 		t.Fatalf("not served: close %d after %v", code, got)
 	}
 
@@ -574,10 +574,10 @@ func testNotServed(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	c.expect(TypeHello)
+	c.expect(wire.TypeHello)
 	owned.Store(false)
 	code, got = c.closeCode()
-	if code != CloseNotServed || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeNotServed {
+	if code != wire.CloseNotServed || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != wire.CodeNotServed {
 		t.Fatalf("moved away: close %d after %v", code, got)
 	}
 }
@@ -592,7 +592,7 @@ func testAuthorizationHeader(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl.expect(TypeHello)
+		cl.expect(wire.TypeHello)
 		cl.close()
 	}
 	cl, err := dial(t, e.srv, "acme", "authh", "token="+tok, http.Header{"Authorization": {"Basic " + tok}}, nil)
@@ -601,8 +601,8 @@ func testAuthorizationHeader(t *testing.T, e *env) {
 	}
 	defer cl.close()
 	code, got := cl.closeCode()
-	if code != CloseUnauthenticated || len(got) != 1 || got[0].Error == nil || !strings.Contains(got[0].Error.Message, "Bearer TOKEN") {
-		t.Fatalf("Basic scheme: close %d after %v, want %d saying what to send", code, got, CloseUnauthenticated)
+	if code != wire.CloseUnauthenticated || len(got) != 1 || got[0].Error == nil || !strings.Contains(got[0].Error.Message, "Bearer TOKEN") {
+		t.Fatalf("Basic scheme: close %d after %v, want %d saying what to send", code, got, wire.CloseUnauthenticated)
 	}
 }
 
@@ -622,7 +622,7 @@ func testRequestTimeouts(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	c.expect(TypeHello)
+	c.expect(wire.TypeHello)
 	idle, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -635,7 +635,7 @@ func testRequestTimeouts(t *testing.T, e *env) {
 	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping","requestId":"p"}`)); err != nil {
 		t.Fatal(err)
 	}
-	c.expect(TypePong)
+	c.expect(wire.TypePong)
 }
 
 // An expired token neither pushes nor reads: a push after the expiry is
@@ -670,19 +670,19 @@ func testExpiry(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer cl.close()
-	cl.expect(TypeHello)
+	cl.expect(wire.TypeHello)
 	late.Store(true)
-	if err := cl.ws.WriteJSON(PushMessage{Type: TypePush, RequestID: "r1", ClientGroup: "g-y", Mutations: []producer.PushMutation{
+	if err := cl.ws.WriteJSON(wire.PushMessage{Type: wire.TypePush, RequestID: "r1", ClientGroup: "g-y", Mutations: []wire.PushMutation{
 		{Client: "y", ID: 1, Name: "item.put", Args: json.RawMessage(`{"collection":"c","id":"y","data":1}`)}}}); err != nil {
 		t.Fatal(err)
 	}
 	code, got := cl.closeCode()
 	for _, m := range got {
-		if m.Type == TypePushed {
+		if m.Type == wire.TypePushed {
 			t.Fatalf("a push after the token's expiry was taken: %s", m.raw)
 		}
 	}
-	if code != CloseUnauthenticated || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeTokenExpired {
+	if code != wire.CloseUnauthenticated || len(got) == 0 || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != wire.CodeTokenExpired {
 		t.Fatalf("push after the expiry: close %d after %v, want 4001 after token_expired", code, got)
 	}
 
@@ -697,16 +697,16 @@ func testExpiry(t *testing.T, e *env) {
 	defer cc.close()
 	// It cannot send them all before this client reads past the hello:
 	// the socket's buffers hold a few dozen.
-	cc.expect(TypeHello)
+	cc.expect(wire.TypeHello)
 	late.Store(true)
 	code, got = cc.closeCode()
 	n := 0
 	for _, m := range got {
-		if m.Type == TypeVersion {
+		if m.Type == wire.TypeVersion {
 			n++
 		}
 	}
-	if code != CloseUnauthenticated || n >= versions || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != CodeTokenExpired {
+	if code != wire.CloseUnauthenticated || n >= versions || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != wire.CodeTokenExpired {
 		t.Fatalf("catch-up past the expiry: close %d after %d of %d versions, want 4001 token_expired before the end", code, n, versions)
 	}
 }

@@ -1,18 +1,17 @@
-package live
+package wire
 
 import (
 	"encoding/json"
 
-	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/schemas"
 )
 
-// Protocol is the version of the websocket protocol this server speaks,
-// sent in the hello message. A client that does not know it should close
-// the socket rather than guess. docs/websocket.md describes every message.
+// Protocol is the version of the websocket protocol, sent in the hello
+// message. A client that does not know it should close the socket rather
+// than guess. docs/websocket.md describes every message.
 const Protocol = 1
 
-// Message types, the "type" field of every message.
+// Message types, the "type" member of every websocket message.
 const (
 	// Server to client.
 	TypeHello    = "hello"
@@ -56,23 +55,6 @@ const (
 	CloseSlow = 4008
 )
 
-// Error codes of error messages beyond the producer's push codes.
-const (
-	CodeMalformed       = "malformed_message"
-	CodeUnknownType     = "unknown_type"
-	CodePushDisabled    = "push_unavailable"
-	CodeWrongBranch     = "wrong_branch"
-	CodeBadRequest      = "bad_request"
-	CodeStoreBehind     = "store_behind"
-	CodeStoreError      = "store_error"
-	CodeNotServed       = "not_served"
-	CodeSlow            = "slow_consumer"
-	CodeGoingAway       = "going_away"
-	CodeTokenExpired    = "token_expired"
-	CodeForbidden       = producer.CodeForbidden
-	CodeUnauthenticated = producer.CodeUnauthenticated
-)
-
 // Reset reasons.
 const (
 	ReasonFutureVersion = "future_version"
@@ -101,7 +83,8 @@ type HelloMessage struct {
 }
 
 // VersionMessage is one version of the subscribed branch. Its bytes are
-// the same whether it comes from the store (catch-up) or live.
+// the same whether it comes from the store (catch-up) or live; it is
+// written by AppendVersion.
 type VersionMessage struct {
 	Type      string                     `json:"type"`
 	Org       string                     `json:"org"`
@@ -164,40 +147,48 @@ type RejectedMessage struct {
 	At          int64  `json:"at"`
 }
 
+// EncodeRejected is the rejected message of a rejected record.
+func EncodeRejected(r *schemas.Rejected) ([]byte, error) {
+	m := RejectedMessage{Type: TypeRejected, Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID, At: r.At}
+	if mu := r.Mutation; mu != nil {
+		m.Branch, m.ClientGroup, m.Client, m.ID, m.Name = mu.Branch, mu.ClientGroup, mu.Client, mu.ID, mu.Name
+	}
+	return json.Marshal(m)
+}
+
 // PushMessage is a client's push on the socket: the body of the HTTP push
 // plus a request id echoed in the answer.
 type PushMessage struct {
-	Type        string                  `json:"type"`
-	RequestID   string                  `json:"requestId"`
-	Branch      string                  `json:"branch,omitempty"`
-	ClientGroup string                  `json:"clientGroup"`
-	Mutations   []producer.PushMutation `json:"mutations"`
+	Type        string         `json:"type"`
+	RequestID   string         `json:"requestId"`
+	Branch      string         `json:"branch,omitempty"`
+	ClientGroup string         `json:"clientGroup"`
+	Mutations   []PushMutation `json:"mutations"`
 }
 
 // PushedMessage answers a push once Kafka acknowledged its mutations.
 type PushedMessage struct {
-	Type      string             `json:"type"`
-	RequestID string             `json:"requestId"`
-	Mutations []producer.Written `json:"mutations"`
+	Type      string    `json:"type"`
+	RequestID string    `json:"requestId"`
+	Mutations []Written `json:"mutations"`
 }
 
 // ErrorMessage reports an error; RequestID names the push it answers.
 type ErrorMessage struct {
-	Type      string          `json:"type"`
-	RequestID string          `json:"requestId,omitempty"`
-	Error     *producer.Error `json:"error"`
+	Type      string `json:"type"`
+	RequestID string `json:"requestId,omitempty"`
+	Error     *Error `json:"error"`
+}
+
+// PingMessage is a client's ping, answered by a PongMessage; every client
+// message has its type and request id.
+type PingMessage struct {
+	Type      string `json:"type"`
+	RequestID string `json:"requestId,omitempty"`
 }
 
 // PongMessage answers a client's ping message.
 type PongMessage struct {
 	Type      string `json:"type"`
 	RequestID string `json:"requestId,omitempty"`
-}
-
-func encodeRejected(r *schemas.Rejected) ([]byte, error) {
-	m := RejectedMessage{Type: TypeRejected, Reason: r.Reason, Message: r.Message, ExpectedID: r.ExpectedID, At: r.At}
-	if mu := r.Mutation; mu != nil {
-		m.Branch, m.ClientGroup, m.Client, m.ID, m.Name = mu.Branch, mu.ClientGroup, mu.Client, mu.ID, mu.Name
-	}
-	return json.Marshal(m)
 }

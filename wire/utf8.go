@@ -1,4 +1,4 @@
-package producer
+package wire
 
 import (
 	"encoding/json"
@@ -31,13 +31,13 @@ func CheckUTF8(body []byte) *Error {
 		} `json:"mutations"`
 	}
 	if json.Unmarshal(body, &raw) == nil {
-		fields := []namedRaw{{"branch", raw.Branch}, {"clientGroup", raw.ClientGroup}, {"clientGroupID", raw.ClientGroupID}}
+		fields := []RawField{{"branch", raw.Branch}, {"clientGroup", raw.ClientGroup}, {"clientGroupID", raw.ClientGroupID}}
 		for i, m := range raw.Mutations {
 			at := fmt.Sprintf("mutations[%d].", i)
-			fields = append(fields, namedRaw{at + "client", m.Client}, namedRaw{at + "clientID", m.ClientID},
-				namedRaw{at + "name", m.Name}, namedRaw{at + "args", m.Args})
+			fields = append(fields, RawField{at + "client", m.Client}, RawField{at + "clientID", m.ClientID},
+				RawField{at + "name", m.Name}, RawField{at + "args", m.Args})
 		}
-		if aerr := firstNotUTF8(fields); aerr != nil {
+		if aerr := FirstNotUTF8(fields); aerr != nil {
 			return aerr
 		}
 	}
@@ -46,9 +46,9 @@ func CheckUTF8(body []byte) *Error {
 		Hint:    "send the body as UTF-8"}
 }
 
-// checkReplicacheMutationUTF8 is CheckUTF8 for the i-th mutation of a
+// CheckReplicacheMutationUTF8 is CheckUTF8 for the i-th mutation of a
 // Replicache push, which is decoded as it arrives rather than whole.
-func checkReplicacheMutationUTF8(i int, raw []byte) *Error {
+func CheckReplicacheMutationUTF8(i int, raw []byte) *Error {
 	if utf8.Valid(raw) {
 		return nil
 	}
@@ -59,25 +59,25 @@ func checkReplicacheMutationUTF8(i int, raw []byte) *Error {
 	}
 	at := fmt.Sprintf("mutations[%d].", i)
 	if json.Unmarshal(raw, &m) == nil {
-		if aerr := firstNotUTF8([]namedRaw{{at + "clientID", m.ClientID}, {at + "name", m.Name}, {at + "args", m.Args}}); aerr != nil {
+		if aerr := FirstNotUTF8([]RawField{{at + "clientID", m.ClientID}, {at + "name", m.Name}, {at + "args", m.Args}}); aerr != nil {
 			return aerr
 		}
 	}
 	return notUTF8(fmt.Sprintf("mutations[%d]", i), invalidAt(raw))
 }
 
-// namedRaw is a field's raw JSON and its name in the answer.
-type namedRaw struct {
-	field string
-	value []byte
+// RawField is a field's raw JSON and its name in an error answer.
+type RawField struct {
+	Name  string
+	Value []byte
 }
 
-// firstNotUTF8 refuses the first field that holds bytes that are not
+// FirstNotUTF8 refuses the first field that holds bytes that are not
 // UTF-8; nil if none does.
-func firstNotUTF8(fields []namedRaw) *Error {
+func FirstNotUTF8(fields []RawField) *Error {
 	for _, f := range fields {
-		if n := invalidAt(f.value); n >= 0 {
-			return notUTF8(f.field, n)
+		if n := invalidAt(f.Value); n >= 0 {
+			return notUTF8(f.Name, n)
 		}
 	}
 	return nil
