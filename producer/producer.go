@@ -144,7 +144,7 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Keys == nil {
-		errs = append(errs, errors.New("producer: no keyset to verify tokens: pass --keys FILE"))
+		errs = append(errs, errors.New("producer: Keys is required: a keyset to verify tokens"))
 	}
 	if c.MaxBodyBytes < 1<<10 || c.MaxBatch < 1 || c.Burst < 1 || c.Rate <= 0 {
 		errs = append(errs, fmt.Errorf("producer: limits must be positive (body %d, batch %d, rate %v, burst %d)", c.MaxBodyBytes, c.MaxBatch, c.Rate, c.Burst))

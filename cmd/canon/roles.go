@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -110,7 +111,15 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			return nil, fmt.Errorf("role sequencer: %w", err)
 		}
 		n.ready.Add("sequencer", seq.Ready)
-		add("sequencer", seq.Run)
+		add("sequencer", func(ctx context.Context) error {
+			err := seq.Run(ctx)
+			if errors.Is(err, sequencer.ErrDuplicateInstance) {
+				// The instance id is the data dir's, or --instance-id.
+				msg := strings.Replace(err.Error(), "its own InstanceID", "its own --data directory or --instance-id", 1)
+				return explainedError{msg, err}
+			}
+			return err
+		})
 	}
 	// 3. What the read API serves: reads returns whether it serves a
 	// partition; nil when the node serves no reads.
