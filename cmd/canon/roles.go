@@ -83,8 +83,14 @@ func (a *assembly) close(n *node) {
 func (n *node) assemble(names []string) (_ *assembly, err error) {
 	has := func(role string) bool { return slices.Contains(names, role) }
 	a := &assembly{}
+	// What New made that holds resources before Run: the producers'
+	// Kafka clients, closed when a later role cannot be built.
+	var undo []func()
 	defer func() {
 		if err != nil {
+			for _, f := range undo {
+				f()
+			}
 			a.close(n)
 		}
 	}()
@@ -161,6 +167,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		if prod, err = n.newProducer("canon-producer", readable); err != nil {
 			return nil, fmt.Errorf("role producer: %w", err)
 		}
+		undo = append(undo, prod.Close)
 		prod.Mount(n.mux)
 		n.ready.Add("producer", prod.Ready)
 		add("producer", prod.Run)
@@ -174,14 +181,12 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			if pusher, err = n.newProducer("canon-live-producer", nil); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
+			undo = append(undo, pusher.Close)
 			n.ready.Add("live-producer", pusher.Ready)
 			add("live-producer", pusher.Run)
 		}
 		ws, err := n.mountReads(a.store, partitions, serves, pusher)
 		if err != nil {
-			if pusher != prod {
-				pusher.Close()
-			}
 			return nil, fmt.Errorf("role readapi: %w", err)
 		}
 		n.ready.Add("live", ws.Ready)
