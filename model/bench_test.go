@@ -1,9 +1,11 @@
-package model
+package model_test
 
 import (
 	"encoding/json"
 	"testing"
 
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -11,13 +13,13 @@ import (
 // in batches of 100 between Resets as a sequencer does: the first decision
 // of a batch reads the item from the Reader, the others from the overlay.
 func BenchmarkDecideSmallPatch(b *testing.B) {
-	state := NewMemState()
-	dec := NewDecider(state, NewRegistry(), schemas.Limits{})
-	setup, err := dec.Decide(MutationRecord{Mutation: &schemas.Mutation{
-		Org: testOrg, Project: testProject, Client: "setup", ID: 1, Name: ItemPut,
+	state := modeltest.NewMemState()
+	dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
+	setup, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+		Org: testOrg, Project: testProject, Client: "setup", ID: 1, Name: model.ItemPut,
 		Args: json.RawMessage(`{"collection":"tasks","id":"t1","meta":{"owner":"ann","tags":["a","b"]},"data":{"title":"Write the spec","done":false,"notes":"a few words of notes","estimate":3}}`),
 	}, Timestamp: testEpoch})
-	if err != nil || setup.Kind != Applied {
+	if err != nil || setup.Kind != model.Applied {
 		b.Fatal(setup.Kind, err)
 	}
 	if err := state.Apply(setup.Version, setup.Chunks); err != nil {
@@ -26,11 +28,11 @@ func BenchmarkDecideSmallPatch(b *testing.B) {
 	dec.Reset()
 
 	const batch = 100
-	var recs [batch]MutationRecord
+	var recs [batch]model.MutationRecord
 	for i := range recs {
-		recs[i] = MutationRecord{
+		recs[i] = model.MutationRecord{
 			Mutation: &schemas.Mutation{
-				Org: testOrg, Project: testProject, ClientGroup: "g", Client: "c", ID: uint64(i + 1), Name: ItemPatch,
+				Org: testOrg, Project: testProject, ClientGroup: "g", Client: "c", ID: uint64(i + 1), Name: model.ItemPatch,
 				Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":{"done":true,"estimate":` + string(rune('0'+i%10)) + `}}`),
 			},
 			Timestamp: testEpoch,
@@ -41,7 +43,7 @@ func BenchmarkDecideSmallPatch(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		d, err := dec.Decide(recs[i])
-		if err != nil || d.Kind != Applied {
+		if err != nil || d.Kind != model.Applied {
 			b.Fatal(d.Kind, err)
 		}
 		if i++; i == batch {
@@ -53,17 +55,17 @@ func BenchmarkDecideSmallPatch(b *testing.B) {
 
 // BenchmarkDecidePut100K decides puts of a new 100 KB body.
 func BenchmarkDecidePut100K(b *testing.B) {
-	state := NewMemState()
-	dec := NewDecider(state, NewRegistry(), schemas.Limits{})
-	text := string(testText(100<<10, 9))
+	state := modeltest.NewMemState()
+	dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
+	text := string(model.SampleText(100<<10, 9))
 	args := json.RawMessage(`{"collection":"docs","id":"d1","data":{"text":` + text + `}}`)
 	b.SetBytes(int64(len(args)))
 	b.ReportAllocs()
 	for b.Loop() {
-		d, err := dec.Decide(MutationRecord{Mutation: &schemas.Mutation{
-			Org: testOrg, Project: testProject, Client: "c", ID: 1, Name: ItemPut, Args: args,
+		d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+			Org: testOrg, Project: testProject, Client: "c", ID: 1, Name: model.ItemPut, Args: args,
 		}, Timestamp: testEpoch})
-		if err != nil || d.Kind != Applied {
+		if err != nil || d.Kind != model.Applied {
 			b.Fatal(d.Kind, err)
 		}
 		dec.Reset()

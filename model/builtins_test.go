@@ -1,4 +1,4 @@
-package model
+package model_test
 
 import (
 	"encoding/json"
@@ -7,34 +7,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 )
 
 // testEnv is a MemState and a Decider over it that commit every decision.
 type testEnv struct {
 	t     testing.TB
-	state *MemState
-	dec   *Decider
+	state *modeltest.MemState
+	dec   *model.Decider
+	reg   *model.Registry // dec's
 	ids   map[string]uint64
 	off   int64
 }
 
 func newTestEnv(t testing.TB, limits schemas.Limits) *testEnv {
-	s := NewMemState()
-	return &testEnv{t: t, state: s, dec: NewDecider(s, testRegistry(t), limits), ids: map[string]uint64{}}
+	s, reg := modeltest.NewMemState(), testRegistry(t)
+	return &testEnv{t: t, state: s, dec: model.NewDecider(s, reg, limits), reg: reg, ids: map[string]uint64{}}
 }
 
 // decide decides the next mutation of a client on main, without committing.
-func (e *testEnv) decide(client, name, args string) Decision {
+func (e *testEnv) decide(client, name, args string) model.Decision {
 	e.t.Helper()
 	return e.decideOn(schemas.DefaultBranch, client, name, args)
 }
 
-func (e *testEnv) decideOn(branch, client, name, args string) Decision {
+func (e *testEnv) decideOn(branch, client, name, args string) model.Decision {
 	e.t.Helper()
 	e.ids[branch+"/"+client]++
 	e.off++
-	d, err := e.dec.Decide(MutationRecord{
+	d, err := e.dec.Decide(model.MutationRecord{
 		Mutation: &schemas.Mutation{
 			Org: testOrg, Project: testProject, Branch: branch, Client: client, ClientGroup: "g",
 			ID: e.ids[branch+"/"+client], Name: name, Args: json.RawMessage(args),
@@ -49,7 +52,7 @@ func (e *testEnv) decideOn(branch, client, name, args string) Decision {
 }
 
 // commit applies decisions to the MemState and resets the Decider.
-func (e *testEnv) commit(ds ...Decision) {
+func (e *testEnv) commit(ds ...model.Decision) {
 	e.t.Helper()
 	for _, d := range ds {
 		if d.Version != nil {
@@ -62,17 +65,17 @@ func (e *testEnv) commit(ds ...Decision) {
 }
 
 // run decides and commits, and wants the mutation applied.
-func (e *testEnv) run(client, name, args string) Decision {
+func (e *testEnv) run(client, name, args string) model.Decision {
 	e.t.Helper()
 	d := e.decide(client, name, args)
-	if d.Kind != Applied {
+	if d.Kind != model.Applied {
 		e.t.Fatalf("%s %s: %v %s", name, args, d.Kind, outcomeError(d))
 	}
 	e.commit(d)
 	return d
 }
 
-func outcomeError(d Decision) string {
+func outcomeError(d model.Decision) string {
 	if d.Version != nil && len(d.Version.Mutations) > 0 {
 		return d.Version.Mutations[0].Error
 	}
@@ -109,13 +112,13 @@ func testBuiltin(t *testing.T, name string, cases []builtinCase) {
 	t.Helper()
 	for _, tc := range cases {
 		e := newTestEnv(t, schemas.Limits{MaxMetaBytes: 64, MaxDataBytes: 128, MaxScalarsBytes: 64})
-		e.run("setup", ItemPut, `{"collection":"tasks","id":"t1","meta":{"m":1},"data":{"title":"hello","n":1}}`)
+		e.run("setup", model.ItemPut, `{"collection":"tasks","id":"t1","meta":{"m":1},"data":{"title":"hello","n":1}}`)
 		d := e.decide("x", name, tc.args)
 		e.commit(d)
 		switch {
-		case tc.err == "" && d.Kind != Applied:
+		case tc.err == "" && d.Kind != model.Applied:
 			t.Errorf("%s %s: %v %s, want applied", name, tc.args, d.Kind, outcomeError(d))
-		case tc.err != "" && (d.Kind != Errored || !strings.Contains(outcomeError(d), tc.err)):
+		case tc.err != "" && (d.Kind != model.Errored || !strings.Contains(outcomeError(d), tc.err)):
 			t.Errorf("%s %s: %v %q, want an error outcome with %q", name, tc.args, d.Kind, outcomeError(d), tc.err)
 		case tc.item != "":
 			if got := e.item("tasks", "t1"); got != tc.item {
@@ -131,7 +134,7 @@ func testBuiltin(t *testing.T, name string, cases []builtinCase) {
 }
 
 func TestItemPutArgs(t *testing.T) {
-	testBuiltin(t, ItemPut, []builtinCase{
+	testBuiltin(t, model.ItemPut, []builtinCase{
 		{args: `{"collection":"tasks","id":"t1","data":[1, 2]}`, item: `{} [1,2]`},
 		{args: `{"collection":"tasks","id":"t1","meta":{"b":1,"a":2},"data":null}`, item: `{"a":2,"b":1} null`},
 		{args: `{"collection":"tasks","id":"t2","data":"new"}`, item: `{"m":1} {"n":1,"title":"hello"}`},
@@ -156,7 +159,7 @@ func TestItemPutArgs(t *testing.T) {
 }
 
 func TestItemPatchArgs(t *testing.T) {
-	testBuiltin(t, ItemPatch, []builtinCase{
+	testBuiltin(t, model.ItemPatch, []builtinCase{
 		{args: `{"collection":"tasks","id":"t1","data":{"title":"bye"}}`, item: `{"m":1} {"n":1,"title":"bye"}`},
 		{args: `{"collection":"tasks","id":"t1","meta":{"m":null,"k":[1]}}`, item: `{"k":[1]} {"n":1,"title":"hello"}`},
 		{args: `{"collection":"tasks","id":"t1","meta":{},"data":{}}`, item: `{"m":1} {"n":1,"title":"hello"}`},
@@ -173,7 +176,7 @@ func TestItemPatchArgs(t *testing.T) {
 }
 
 func TestItemDeleteArgs(t *testing.T) {
-	testBuiltin(t, ItemDelete, []builtinCase{
+	testBuiltin(t, model.ItemDelete, []builtinCase{
 		{args: `{"collection":"tasks","id":"t1"}`},
 		{args: `{"collection":"tasks","id":"t2"}`, err: `item tasks/t2 does not exist`},
 		{args: `{"collection":"tasks"}`, err: `"args.id": is required`},
@@ -181,15 +184,15 @@ func TestItemDeleteArgs(t *testing.T) {
 		{args: `"t1"`, err: `must be a JSON object`},
 	})
 	e := newTestEnv(t, schemas.Limits{})
-	e.run("a", ItemPut, `{"collection":"tasks","id":"t1","data":1}`)
-	e.run("a", ItemDelete, `{"collection":"tasks","id":"t1"}`)
+	e.run("a", model.ItemPut, `{"collection":"tasks","id":"t1","data":1}`)
+	e.run("a", model.ItemDelete, `{"collection":"tasks","id":"t1"}`)
 	if got := e.item("tasks", "t1"); got != "-" {
 		t.Errorf("deleted item is %s", got)
 	}
 }
 
 func TestItemSpliceArgs(t *testing.T) {
-	testBuiltin(t, ItemSplice, []builtinCase{
+	testBuiltin(t, model.ItemSplice, []builtinCase{
 		{args: `{"collection":"tasks","id":"t1","path":"/title","index":5,"insert":"!"}`, item: `{"m":1} {"n":1,"title":"hello!"}`},
 		{args: `{"collection":"tasks","id":"t1","path":"/title","index":0,"delete":1,"insert":"J"}`, item: `{"m":1} {"n":1,"title":"Jello"}`},
 		{args: `{"collection":"tasks","id":"t1","path":"/title","index":0,"delete":5}`, item: `{"m":1} {"n":1,"title":""}`},
@@ -227,15 +230,15 @@ func TestProjectSetArgs(t *testing.T) {
 		{args: `{"long":"` + strings.Repeat("x", 60) + `"}`, err: `scalars would be 71 bytes of canonical JSON, over the limit of 64 bytes (MaxScalarsBytes)`},
 	} {
 		e := newTestEnv(t, schemas.Limits{MaxScalarsBytes: 64})
-		d := e.decide("x", ProjectSet, tc.args)
+		d := e.decide("x", model.ProjectSet, tc.args)
 		e.commit(d)
 		if tc.err != "" {
-			if d.Kind != Errored || !strings.Contains(outcomeError(d), tc.err) {
+			if d.Kind != model.Errored || !strings.Contains(outcomeError(d), tc.err) {
 				t.Errorf("project.set %s: %v %q, want an error outcome with %q", tc.args, d.Kind, outcomeError(d), tc.err)
 			}
 			continue
 		}
-		if d.Kind != Applied {
+		if d.Kind != model.Applied {
 			t.Errorf("project.set %s: %v %s", tc.args, d.Kind, outcomeError(d))
 			continue
 		}
@@ -243,7 +246,7 @@ func TestProjectSetArgs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := Canonical(got); string(got) != tc.want {
+		if got, _ := model.Canonical(got); string(got) != tc.want {
 			t.Errorf("project.set %s: scalars %s, want %s", tc.args, got, tc.want)
 		}
 	}
@@ -266,18 +269,18 @@ func TestBranchCreateArgs(t *testing.T) {
 		{args: `"main"`, err: `must be a JSON object`},
 	} {
 		e := newTestEnv(t, schemas.Limits{})
-		e.run("a", ItemPut, `{"collection":"tasks","id":"t1","data":1}`)
-		e.run("a", ItemPut, `{"collection":"tasks","id":"t1","data":2}`)
-		d := e.decideOn("feature", "a", BranchCreate, tc.args)
+		e.run("a", model.ItemPut, `{"collection":"tasks","id":"t1","data":1}`)
+		e.run("a", model.ItemPut, `{"collection":"tasks","id":"t1","data":2}`)
+		d := e.decideOn("feature", "a", model.BranchCreate, tc.args)
 		e.commit(d)
 		if tc.err == "" {
-			if d.Kind != Applied {
+			if d.Kind != model.Applied {
 				t.Errorf("branch.create %s: %v %s", tc.args, d.Kind, outcomeError(d))
 			}
 			continue
 		}
 		// The branch does not exist: the failure cannot be recorded on it.
-		if d.Kind != Rejected || d.Reason != schemas.ReasonInvalid || !strings.Contains(d.Message, tc.err) {
+		if d.Kind != model.Rejected || d.Reason != schemas.ReasonInvalid || !strings.Contains(d.Message, tc.err) {
 			t.Errorf("branch.create %s: %v %s %q, want rejected with %q", tc.args, d.Kind, d.Reason, d.Message, tc.err)
 		}
 		if h, _ := e.state.Head(testOrg, testProject, "feature"); h.Version != 0 {

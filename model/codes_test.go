@@ -1,4 +1,4 @@
-package model
+package model_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -14,8 +16,8 @@ import (
 // (which names ids), and an applied mutation none.
 func TestErrorCodes(t *testing.T) {
 	reg := testRegistry(t)
-	if err := reg.Register("test.quota", func(Tx, json.RawMessage) error {
-		return WithCode("quota_exceeded", errors.New("project acme/p is over its quota"))
+	if err := reg.Register("test.quota", func(model.Tx, json.RawMessage) error {
+		return model.WithCode("quota_exceeded", errors.New("project acme/p is over its quota"))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -24,28 +26,28 @@ func TestErrorCodes(t *testing.T) {
 		branch, name, args string
 		code               string // "" for applied
 	}{
-		{name: ItemPut, args: `{"collection":"tasks","id":"t1","data":{"title":"x"}}`},
-		{name: ItemPatch, args: `{"collection":"tasks","id":"t9","data":{"done":true}}`, code: CodeNotFound},
-		{name: ItemDelete, args: `{"collection":"tasks","id":"t9"}`, code: CodeNotFound},
-		{name: ItemPut, args: `{"collection":"tasks","id":"t2"}`, code: CodeInvalidArgs},
-		{name: ItemPut, args: `{"collection":"tasks","id":"t2","meta":[],"data":1}`, code: CodeInvalidArgs},
-		{name: ItemPut, args: `{"collection":"tasks","id":"t2","data":` + big + `}`, code: CodeTooLarge},
-		{name: ItemSplice, args: `{"collection":"tasks","id":"t1","path":"/title","index":99,"insert":"y"}`, code: CodeInvalidEdit},
-		{name: ItemSplice, args: `{"collection":"tasks","id":"t1","path":"/nope","index":0,"insert":"y"}`, code: CodeInvalidEdit},
-		{name: "no.such", args: `{}`, code: CodeUnknownMutator},
-		{name: "test.fail", args: `"x"`, code: CodeMutator},
-		{name: "test.panic", args: `"x"`, code: CodePanic},
+		{name: model.ItemPut, args: `{"collection":"tasks","id":"t1","data":{"title":"x"}}`},
+		{name: model.ItemPatch, args: `{"collection":"tasks","id":"t9","data":{"done":true}}`, code: model.CodeNotFound},
+		{name: model.ItemDelete, args: `{"collection":"tasks","id":"t9"}`, code: model.CodeNotFound},
+		{name: model.ItemPut, args: `{"collection":"tasks","id":"t2"}`, code: model.CodeInvalidArgs},
+		{name: model.ItemPut, args: `{"collection":"tasks","id":"t2","meta":[],"data":1}`, code: model.CodeInvalidArgs},
+		{name: model.ItemPut, args: `{"collection":"tasks","id":"t2","data":` + big + `}`, code: model.CodeTooLarge},
+		{name: model.ItemSplice, args: `{"collection":"tasks","id":"t1","path":"/title","index":99,"insert":"y"}`, code: model.CodeInvalidEdit},
+		{name: model.ItemSplice, args: `{"collection":"tasks","id":"t1","path":"/nope","index":0,"insert":"y"}`, code: model.CodeInvalidEdit},
+		{name: "no.such", args: `{}`, code: model.CodeUnknownMutator},
+		{name: "test.fail", args: `"x"`, code: model.CodeMutator},
+		{name: "test.panic", args: `"x"`, code: model.CodePanic},
 		{name: "test.quota", args: `{}`, code: "quota_exceeded"},
-		{name: ProjectSet, args: `[1]`, code: CodeInvalidArgs},
-		{branch: "dev", name: BranchCreate, args: `{"from":"main"}`},
-		{branch: "dev", name: BranchCreate, args: `{"from":"main"}`, code: CodeExists},
+		{name: model.ProjectSet, args: `[1]`, code: model.CodeInvalidArgs},
+		{branch: "dev", name: model.BranchCreate, args: `{"from":"main"}`},
+		{branch: "dev", name: model.BranchCreate, args: `{"from":"main"}`, code: model.CodeExists},
 	}
-	state := NewMemState()
-	dec := NewDecider(state, reg, schemas.Limits{})
+	state := modeltest.NewMemState()
+	dec := model.NewDecider(state, reg, schemas.Limits{})
 	ids := map[string]uint64{}
 	for i, tc := range tests {
 		ids[tc.branch]++
-		d, err := dec.Decide(MutationRecord{
+		d, err := dec.Decide(model.MutationRecord{
 			Mutation: &schemas.Mutation{Org: testOrg, Project: testProject, Branch: tc.branch, ClientGroup: "g", Client: "c",
 				ID: ids[tc.branch], Name: tc.name, Args: json.RawMessage(tc.args)},
 			Timestamp: testEpoch.Add(time.Duration(i) * time.Second), Partition: 1, Offset: int64(i),

@@ -742,7 +742,7 @@ func (d *Decider) clientGroup(k branchKey, m *schemas.Mutation) (string, error) 
 }
 
 // bind adds what a recorded mutation binds to the overlay, as the store
-// and MemState index it from the version: its client group's first
+// and modeltest.MemState index it from the version: its client group's first
 // principal owns the group, and its client belongs to the group from then
 // on (also for a mutation without a principal). mayUseGroup and
 // clientGroup looked up the bindings the Reader knows: what the overlay

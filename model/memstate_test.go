@@ -1,10 +1,12 @@
-package model
+package model_test
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -12,15 +14,15 @@ import (
 // nothing when it does.
 func TestMemStateApplyRefuses(t *testing.T) {
 	e := newTestEnv(t, schemas.Limits{})
-	first := e.run("a", ItemPut, `{"collection":"tasks","id":"t1","data":{"title":"x"}}`)
-	d := e.decide("a", ItemPut, `{"collection":"tasks","id":"t2","data":{"title":"y"}}`)
+	first := e.run("a", model.ItemPut, `{"collection":"tasks","id":"t1","data":{"title":"x"}}`)
+	d := e.decide("a", model.ItemPut, `{"collection":"tasks","id":"t2","data":{"title":"y"}}`)
 	e.dec.Reset()
 	for _, tc := range []struct {
 		name string
 		edit func(v *schemas.Version, chunks *[]schemas.Chunk)
 		err  string
 	}{
-		{"replayed version", func(v *schemas.Version, _ *[]schemas.Chunk) { *v = *cloneVersion(first.Version) }, "does not follow the head 1"},
+		{"replayed version", func(v *schemas.Version, _ *[]schemas.Chunk) { *v = *modeltest.CloneVersion(first.Version) }, "does not follow the head 1"},
 		{"skipped version", func(v *schemas.Version, _ *[]schemas.Chunk) { v.Version, v.Parent = 3, 2 }, "does not follow"},
 		{"missing chunk", func(_ *schemas.Version, c *[]schemas.Chunk) { *c = nil }, "is neither stored nor given"},
 		{"bad chunk", func(_ *schemas.Version, c *[]schemas.Chunk) { (*c)[0].Data = []byte(`{}`) }, "hashes to"},
@@ -43,7 +45,7 @@ func TestMemStateApplyRefuses(t *testing.T) {
 			v.Scalars = map[string]json.RawMessage{"a": json.RawMessage(`1.0`)}
 		}, "not canonical"},
 	} {
-		v := cloneVersion(d.Version)
+		v := modeltest.CloneVersion(d.Version)
 		chunks := append([]schemas.Chunk(nil), d.Chunks...)
 		tc.edit(v, &chunks)
 		err := e.state.Apply(v, chunks)
@@ -67,11 +69,11 @@ func TestMemStateApplyRefuses(t *testing.T) {
 // keeps it when the base moves on.
 func TestMemStateBase(t *testing.T) {
 	e := newTestEnv(t, schemas.Limits{})
-	e.run("a", ItemPut, `{"collection":"tasks","id":"t1","meta":{"m":1},"data":"one"}`)
-	e.run("a", ProjectSet, `{"name":"P"}`)
-	create := e.decideOn("dev", "a", BranchCreate, `{"from":"main","version":1}`)
+	e.run("a", model.ItemPut, `{"collection":"tasks","id":"t1","meta":{"m":1},"data":"one"}`)
+	e.run("a", model.ProjectSet, `{"name":"P"}`)
+	create := e.decideOn("dev", "a", model.BranchCreate, `{"from":"main","version":1}`)
 	e.commit(create)
-	e.run("a", ItemDelete, `{"collection":"tasks","id":"t1"}`)
+	e.run("a", model.ItemDelete, `{"collection":"tasks","id":"t1"}`)
 
 	refs, ok := e.state.Items(testOrg, testProject, "dev", 1)
 	if !ok || len(refs) != 1 || refs[0].ID != "t1" || refs[0].Version != 1 || string(refs[0].Meta) != `{"m":1}` {

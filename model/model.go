@@ -48,7 +48,7 @@ type Head struct {
 }
 
 // Reader is the committed state a Decider reads. The store implements it;
-// MemState is the naive reference implementation.
+// modeltest.MemState is the naive reference implementation.
 //
 // The Decider never modifies what a Reader returns (Head.Scalars,
 // ItemRef.Meta and Chunks, bodies) and keeps references to it until its

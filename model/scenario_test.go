@@ -1,4 +1,4 @@
-package model
+package model_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -59,37 +61,37 @@ const (
 var testEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // testRegistry is the built-ins plus mutators that misbehave on purpose.
-func testRegistry(t testing.TB) *Registry {
-	reg := NewRegistry()
-	for name, fn := range map[string]Mutator{
+func testRegistry(t testing.TB) *model.Registry {
+	reg := model.NewRegistry()
+	for name, fn := range map[string]model.Mutator{
 		// test.now records what the mutator sees as the time.
-		"test.now": func(tx Tx, _ json.RawMessage) error {
+		"test.now": func(tx model.Tx, _ json.RawMessage) error {
 			now := tx.Now()
 			if err := tx.SetScalar("now", json.RawMessage(fmt.Sprintf("%q", now.Format(time.RFC3339Nano)))); err != nil {
 				return err
 			}
 			m := tx.Mutation()
-			return tx.Put("log", fmt.Sprintf("%s-%d", m.Client, m.ID), Item{
+			return tx.Put("log", fmt.Sprintf("%s-%d", m.Client, m.ID), model.Item{
 				Data: json.RawMessage(fmt.Sprintf(`{"ms":%d,"zone":%q}`, now.UnixMilli(), now.Location())),
 			})
 		},
 		// test.panic panics with its args.
-		"test.panic": func(tx Tx, args json.RawMessage) error {
+		"test.panic": func(tx model.Tx, args json.RawMessage) error {
 			if err := tx.SetScalar("panicked", json.RawMessage("true")); err != nil {
 				return err
 			}
 			panic(string(args))
 		},
 		// test.nilmap panics with a runtime error.
-		"test.nilmap": func(Tx, json.RawMessage) error {
+		"test.nilmap": func(model.Tx, json.RawMessage) error {
 			var m map[string]int
 			m["x"]++ //nolint:staticcheck // SA5000: this panic is the test
 
 			return nil
 		},
 		// test.fail writes, then fails: nothing it wrote may be kept.
-		"test.fail": func(tx Tx, args json.RawMessage) error {
-			if err := tx.Put("tasks", "written-by-fail", Item{Data: json.RawMessage(`1`)}); err != nil {
+		"test.fail": func(tx model.Tx, args json.RawMessage) error {
+			if err := tx.Put("tasks", "written-by-fail", model.Item{Data: json.RawMessage(`1`)}); err != nil {
 				return err
 			}
 			if err := tx.SetScalar("failed", json.RawMessage("true")); err != nil {
@@ -99,7 +101,7 @@ func testRegistry(t testing.TB) *Registry {
 		},
 		// test.copy copies an item's data into another item, through the
 		// public Tx (args: {"from": id, "to": id} in collection tasks).
-		"test.copy": func(tx Tx, args json.RawMessage) error {
+		"test.copy": func(tx model.Tx, args json.RawMessage) error {
 			var a struct{ From, To string }
 			if err := json.Unmarshal(args, &a); err != nil {
 				return err
@@ -119,17 +121,17 @@ func testRegistry(t testing.TB) *Registry {
 }
 
 type harness struct {
-	state   *MemState
-	dec     *Decider
+	state   *modeltest.MemState
+	dec     *model.Decider
 	limits  schemas.Limits
 	every   int // commit after every this many mutations; 0: only before a read
 	since   int
-	pending []Decision
+	pending []model.Decision
 	offset  int64
 }
 
 func newHarness(every int) *harness {
-	h := &harness{state: NewMemState(), every: every}
+	h := &harness{state: modeltest.NewMemState(), every: every}
 	return h
 }
 
@@ -140,9 +142,9 @@ func (h *harness) String() string {
 	return fmt.Sprintf("committing after every %d mutations", h.every)
 }
 
-func (h *harness) decider(t *testing.T) *Decider {
+func (h *harness) decider(t *testing.T) *model.Decider {
 	if h.dec == nil {
-		h.dec = NewDecider(h.state, testRegistry(t), h.limits)
+		h.dec = model.NewDecider(h.state, testRegistry(t), h.limits)
 	}
 	return h.dec
 }
@@ -230,7 +232,7 @@ func (h *harness) mutate(t *testing.T, d *datadriven.TestData) string {
 	if in := strings.TrimSpace(d.Input); in != "" {
 		args = json.RawMessage(in)
 	}
-	rec := MutationRecord{
+	rec := model.MutationRecord{
 		Mutation: &schemas.Mutation{
 			Org: testOrg, Project: project, Branch: branch,
 			ClientGroup: group, Client: client, ID: id,
@@ -252,15 +254,15 @@ func (h *harness) mutate(t *testing.T, d *datadriven.TestData) string {
 	}
 	var out string
 	switch dec.Kind {
-	case Applied:
+	case model.Applied:
 		out = fmt.Sprintf("applied v%d", dec.Version.Version)
-	case Errored:
+	case model.Errored:
 		out = fmt.Sprintf("error v%d: %s", dec.Version.Version, dec.Version.Mutations[0].Error)
-	case Duplicate:
+	case model.Duplicate:
 		out = fmt.Sprintf("duplicate last=%d", dec.LastID)
-	case Gap:
+	case model.Gap:
 		out = fmt.Sprintf("gap last=%d expected=%d", dec.LastID, dec.ExpectedID)
-	case Rejected:
+	case model.Rejected:
 		out = fmt.Sprintf("rejected %s: %s", dec.Reason, dec.Message)
 	default:
 		d.Fatalf(t, "unknown decision kind %v", dec.Kind)
@@ -306,7 +308,7 @@ func (h *harness) printState(t *testing.T, d *datadriven.TestData) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err = Canonical(sc)
+	sc, err = model.Canonical(sc)
 	if err != nil {
 		t.Fatal(err)
 	}

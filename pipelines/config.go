@@ -65,7 +65,7 @@ type Progress struct {
 // Validate reports the first invalid field.
 func (c *Config) Validate() error {
 	if len(c.Kafka.Brokers) == 0 {
-		return errors.New("pipeline: no Kafka brokers: pass --brokers host:port")
+		return errors.New("pipelines: Config.Kafka.Brokers is empty: give at least one host:port")
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("pipeline: IdleTimeout is %s: use 0 for the default (%s) or a positive duration", c.IdleTimeout, DefaultIdleTimeout)

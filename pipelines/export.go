@@ -60,9 +60,9 @@ func Export(ctx context.Context, cfg Config, opt ExportOptions, w io.Writer) (*E
 	head := h.head(src)
 	switch {
 	case head == 0:
-		return nil, fmt.Errorf("branch %s has no versions in %s: check --project, --branch and --topic-prefix", src, cfg.Topics.Versions)
+		return nil, optionErrorf("branch %s has no versions in %s: check {Project}, {Branch} and {Config.Topics}", src, cfg.Topics.Versions)
 	case at > head:
-		return nil, fmt.Errorf("--at %d: branch %s has versions 1 to %d", at, src, head)
+		return nil, optionErrorf("{At} %d: branch %s has versions 1 to %d", at, src, head)
 	case at == 0:
 		at = head
 	}

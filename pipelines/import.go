@@ -58,7 +58,7 @@ func Import(ctx context.Context, cfg Config, opt ImportOptions) (*ImportResult, 
 	}
 	target := opt.Target
 	if err := schemas.ValidateBranch("branch", target.Branch); err != nil {
-		return nil, fmt.Errorf("--branch: %w", err)
+		return nil, optionErrorf("{Target.Branch}: %w", err)
 	}
 	snapHash, err := snapshotHash(opt.Snapshot)
 	if err != nil {
@@ -76,10 +76,10 @@ func Import(ctx context.Context, cfg Config, opt ImportOptions) (*ImportResult, 
 	var base *BranchAt
 	if target.Branch == schemas.DefaultBranch {
 		if opt.From != nil {
-			return nil, errors.New("--from is for a new branch: the main branch of a new project starts empty")
+			return nil, optionErrorf("{From} is for a new branch: the main branch of a new project starts empty")
 		}
 		if v1 := h.version(target, 1); v1 != nil && v1.Mutations[0].Client != tool {
-			return nil, fmt.Errorf("project %s exists: import the snapshot as a new branch of it with --branch NAME, or into a new project", target.ProjectRef)
+			return nil, optionErrorf("project %s exists: import the snapshot as a new branch of it with {Target.Branch} NAME, or into a new project", target.ProjectRef)
 		}
 		if plan = snapshotSteps(nil, opt.Snapshot, target, tool, 1, now); len(plan) == 0 {
 			return nil, errors.New("the snapshot is empty: a new project's first mutation must set something")
@@ -91,7 +91,7 @@ func Import(ctx context.Context, cfg Config, opt ImportOptions) (*ImportResult, 
 		}
 		b, err := h.resolveBase(target.ProjectRef, from, target)
 		if err != nil {
-			return nil, fmt.Errorf("--from: %w", err)
+			return nil, optionErrorf("{From}: %w", err)
 		}
 		base, res.From = &b, b.String()
 		var st store.State

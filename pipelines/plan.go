@@ -69,7 +69,7 @@ func (b BranchAt) String() string {
 func (h *history) versionRange(src BranchRef, from, to uint64) (uint64, uint64, error) {
 	head := h.head(src)
 	if head == 0 {
-		return 0, 0, fmt.Errorf("branch %s has no versions in %s: check --project, --branch and --topic-prefix", src, h.cfg.Topics.Versions)
+		return 0, 0, optionErrorf("branch %s has no versions in %s: check {Source.Project}, {Source.Branch} and {Config.Topics}", src, h.cfg.Topics.Versions)
 	}
 	if from == 0 {
 		from = 1
@@ -79,9 +79,9 @@ func (h *history) versionRange(src BranchRef, from, to uint64) (uint64, uint64, 
 	}
 	switch {
 	case to > head:
-		return 0, 0, fmt.Errorf("--to %d: branch %s has versions 1 to %d", to, src, head)
+		return 0, 0, optionErrorf("{To} %d: branch %s has versions 1 to %d", to, src, head)
 	case from > to:
-		return 0, 0, fmt.Errorf("--from %d is after --to %d", from, to)
+		return 0, 0, optionErrorf("{From} %d is after {To} %d", from, to)
 	}
 	return from, to, nil
 }
@@ -98,7 +98,7 @@ func (h *history) sourceSteps(src BranchRef, from, to uint64, target BranchRef, 
 		ver := h.version(src, v)
 		for k, o := range ver.Mutations {
 			if o.Client == tool {
-				return nil, fmt.Errorf("client %s of version %d of %s is the job's own client name: rename the job's client (--client)", o.Client, v, src)
+				return nil, optionErrorf("client %s of version %d of %s is the job's own client name: rename the job's client ({Client})", o.Client, v, src)
 			}
 			args, err := h.args(src.ProjectRef, &ver.Mutations[k])
 			if err != nil {
@@ -167,11 +167,11 @@ func (h *history) checkTarget(target BranchRef, steps []step, base *BranchAt) er
 	if len(vs) == 0 {
 		return nil
 	}
-	hint := "choose another target name (--into)"
+	const hint = "choose another target name ({Into})"
 	if base != nil {
 		got := vs[0].Base
 		if got == nil || got.Branch != base.Branch || got.Version != base.Version {
-			return fmt.Errorf("%s exists and was not made from %s by this job (its version 1 is %s): %s", target, base, describeBase(vs[0]), hint)
+			return optionErrorf("%s exists and was not made from %s by this job (its version 1 is %s): "+hint, target, base, describeBase(vs[0]))
 		}
 	}
 	in := make(map[clientID]bool, len(steps))
@@ -181,8 +181,8 @@ func (h *history) checkTarget(target BranchRef, steps []step, base *BranchAt) er
 	for _, v := range vs {
 		for _, o := range v.Mutations {
 			if !in[clientID{o.Client, o.ID}] {
-				return fmt.Errorf("%s exists and holds a mutation this job does not send (client %s, id %d, %s, version %d): %s",
-					target, o.Client, o.ID, o.Name, v.Version, hint)
+				return optionErrorf("%s exists and holds a mutation this job does not send (client %s, id %d, %s, version %d): "+hint,
+					target, o.Client, o.ID, o.Name, v.Version)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package pipelines
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -84,16 +83,16 @@ func Rebase(ctx context.Context, cfg Config, opt RebaseOptions) (*RebaseResult, 
 	}
 	switch {
 	case (opt.Onto == nil) == (opt.OntoSnapshot == nil):
-		return nil, errors.New("give exactly one of --onto BRANCH@VERSION and --onto-snapshot FILE")
+		return nil, optionErrorf("give exactly one of {Onto} and {OntoSnapshot}")
 	case opt.From == 0:
-		return nil, errors.New("--from is required: the first version of the source to rebase")
+		return nil, optionErrorf("{From} is required: the first version of the source to rebase")
 	case opt.Into == "":
-		return nil, errors.New("--into is required: the new branch's name")
+		return nil, optionErrorf("{Into} is required: the new branch's name")
 	case opt.Into == opt.Source.Branch || opt.Onto != nil && opt.Into == opt.Onto.Branch:
-		return nil, fmt.Errorf("--into %s names an existing branch of the job: give a new name", opt.Into)
+		return nil, optionErrorf("{Into} %s names an existing branch of the job: give a new name", opt.Into)
 	}
 	if err := schemas.ValidateBranch("into", opt.Into); err != nil {
-		return nil, fmt.Errorf("--into: %w", err)
+		return nil, optionErrorf("{Into}: %w", err)
 	}
 	h, err := readHistory(ctx, cfg, !opt.DryRun, opt.Source.ProjectRef)
 	if err != nil {
@@ -119,7 +118,7 @@ func Rebase(ctx context.Context, cfg Config, opt RebaseOptions) (*RebaseResult, 
 	var plan []step
 	if opt.Onto != nil {
 		if base, err = h.resolveBase(src.ProjectRef, *opt.Onto, target); err != nil {
-			return nil, fmt.Errorf("--onto: %w", err)
+			return nil, optionErrorf("{Onto}: %w", err)
 		}
 		res.Onto = base.String()
 		plan = append(plan, createStep(target, tool, base, h.version(BranchRef{src.ProjectRef, base.Branch}, base.Version).TS))

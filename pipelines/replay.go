@@ -2,7 +2,6 @@ package pipelines
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -90,24 +89,24 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 	newProject := false
 	switch into := opt.Into; {
 	case into == "" && !opt.InMemory:
-		return nil, errors.New("--into is required: a new branch name, or ORG/PROJECT for a new project")
+		return nil, optionErrorf("{Into} is required: a new branch name, or ORG/PROJECT for a new project")
 	case into == "":
 		// Chosen below, once the range says whether a branch can hold it.
 	case strings.Contains(into, "/"):
 		p, err := ParseProject(into)
 		if err != nil {
-			return nil, fmt.Errorf("--into: %w", err)
+			return nil, optionErrorf("{Into}: %w", err)
 		}
 		if p == opt.Source.ProjectRef {
-			return nil, fmt.Errorf("--into %s is the source project: give a new project or a branch name", into)
+			return nil, optionErrorf("{Into} %s is the source project: give a new project or a branch name", into)
 		}
 		target, newProject = BranchRef{p, schemas.DefaultBranch}, true
 	default:
 		if err := schemas.ValidateBranch("into", into); err != nil {
-			return nil, fmt.Errorf("--into: %w", err)
+			return nil, optionErrorf("{Into}: %w", err)
 		}
 		if into == opt.Source.Branch {
-			return nil, fmt.Errorf("--into %s is the source branch: give a new branch name", into)
+			return nil, optionErrorf("{Into} %s is the source branch: give a new branch name", into)
 		}
 		target = BranchRef{opt.Source.ProjectRef, into}
 	}
@@ -161,7 +160,7 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 		}
 	}
 	if opt.InMemory && !newProject && h.head(target) > 0 {
-		return nil, fmt.Errorf("%s exists; an in-memory replay decides on a new branch: give another --into, or none", target)
+		return nil, optionErrorf("%s exists; an in-memory replay decides on a new branch: give another {Into}, or none", target)
 	}
 	h.register(target.ProjectRef)
 	if newProject && opt.InMemory {
@@ -172,9 +171,9 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 	var base *BranchAt
 	switch {
 	case from == 1 && !newProject:
-		return nil, fmt.Errorf("%s starts from the empty state at version 1, and a branch cannot: replay into a new project with --into ORG/PROJECT, or from a later --from", opt.Source)
+		return nil, optionErrorf("%s starts from the empty state at version 1, and a branch cannot: replay into a new project with {Into} ORG/PROJECT, or from a later {From}", opt.Source)
 	case from > 1 && newProject:
-		return nil, fmt.Errorf("a replay from version %d starts from %s at version %d, which only a branch of the project can start from: give --into BRANCH", from, opt.Source, from-1)
+		return nil, optionErrorf("a replay from version %d starts from %s at version %d, which only a branch of the project can start from: give {Into} BRANCH", from, opt.Source, from-1)
 	case from > 1:
 		base = &BranchAt{Branch: opt.Source.Branch, Version: from - 1}
 	}
@@ -191,7 +190,7 @@ func Replay(ctx context.Context, cfg Config, opt ReplayOptions) (*ReplayResult, 
 				continue
 			}
 			if s.m.Client == tool {
-				return nil, fmt.Errorf("client %s of the source is the job's own client name: rename the job's client (--client)", tool)
+				return nil, optionErrorf("client %s of the source is the job's own client name: rename the job's client ({Client})", tool)
 			}
 			s.m.Org, s.m.Project, s.m.Branch = target.Org, target.Project, target.Branch
 			s.m.ID = s.orig.outcome.ID - shift[s.m.Client]
@@ -295,7 +294,7 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]
 	}
 	lo, hi = max(lo, first), min(hi, end)
 	if lo >= hi {
-		return nil, lo, hi, 0, fmt.Errorf("%s[%d] has no records in the range [%d, %d) (it holds offsets %d to %d): check --from-offset, --to-offset, --since and --until", topic, p, lo, hi, first, end-1)
+		return nil, lo, hi, 0, optionErrorf("%s[%d] has no records in the range [%d, %d) (it holds offsets %d to %d): check {Raw.FromOffset}, {Raw.ToOffset}, {Raw.Since} and {Raw.Until}", topic, p, lo, hi, first, end-1)
 	}
 	cl, err := kgo.NewClient(append(opts,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(lo)}}),
@@ -347,7 +346,7 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]
 			}
 			o := a.v.Mutations[a.k]
 			if o.Client != m.Client || o.ID != m.ID {
-				ferr = fmt.Errorf("%s[%d] offset %d holds mutation %d of client %s, but version %d of %s records mutation %d of client %s there: the topics do not belong together (check --topic-prefix)",
+				ferr = optionErrorf("%s[%d] offset %d holds mutation %d of client %s, but version %d of %s records mutation %d of client %s there: the topics do not belong together (check {Config.Topics})",
 					topic, p, r.Offset, m.ID, m.Client, a.v.Version, src, o.ID, o.Client)
 				return
 			}

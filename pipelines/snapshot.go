@@ -179,7 +179,7 @@ func ReadSnapshot(r io.ReadSeeker) (*Snapshot, error) {
 		return nil, fmt.Errorf("not a %s file: no header line", ExportFormat)
 	}
 	if snap.Branch == "" {
-		return nil, errors.New("the file holds no snapshot: export one with canon export (a history export ends with the snapshot of --branch)")
+		return nil, ErrNoSnapshot
 	}
 	if len(items) != want {
 		return nil, fmt.Errorf("the snapshot announces %d items and the file holds %d: it is truncated", want, len(items))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -99,7 +100,7 @@ func TestSnapshotStepsReachTheSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := model.NewMemState()
+	ms := modeltest.NewMemState()
 	d := model.NewDecider(ms, model.NewRegistry(), schemas.Limits{})
 	target := BranchRef{ProjectRef{"acme", "doc"}, "main"}
 	decide := func(s step) *schemas.Version {

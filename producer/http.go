@@ -121,6 +121,9 @@ func (p *Producer) waitParams(r *http.Request) (time.Duration, *wire.Error) {
 		return 0, &wire.Error{Status: http.StatusNotImplemented, Code: wire.CodeNoWait,
 			Message: "this producer does not follow the versions topic", Hint: "push without wait=applied and read the outcome with the read API"}
 	}
+	if aerr := p.watch.errNotFollowing(); aerr != nil {
+		return 0, aerr
+	}
 	d := DefaultWait
 	if s := q.Get("timeout"); s != "" {
 		var err error

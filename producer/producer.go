@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -144,7 +145,7 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Keys == nil {
-		errs = append(errs, errors.New("producer: no keyset to verify tokens: pass --keys FILE"))
+		errs = append(errs, errors.New("producer: Keys is required: a keyset to verify tokens"))
 	}
 	if c.MaxBodyBytes < 1<<10 || c.MaxBatch < 1 || c.Burst < 1 || c.Rate <= 0 {
 		errs = append(errs, fmt.Errorf("producer: limits must be positive (body %d, batch %d, rate %v, burst %d)", c.MaxBodyBytes, c.MaxBatch, c.Rate, c.Burst))
@@ -160,18 +161,26 @@ func (c *Config) Validate() error {
 }
 
 // Producer writes pushed mutations to canon.mutations.
+//
+// Its endpoints answer as soon as they are mounted, Run or not: a push
+// is written once Kafka acknowledges it. What follows the changelog
+// (Config.Partitions set) starts in Run; until it follows the changelog a
+// push with ?wait=applied is answered 503 with a Retry-After, before
+// anything is written, and Ready reports it.
 type Producer struct {
 	cfg     Config
 	cl      *kgo.Client
 	limiter *limiter
 	m       *metrics
-	// watch follows the changelog; nil when Config.Partitions is 0.
-	watch     *watcher
-	stopWatch context.CancelFunc
-	watching  sync.WaitGroup
+	// watch follows the changelog once Run started it; nil when
+	// Config.Partitions is 0.
+	watch   *watcher
+	running atomic.Bool
+	closing sync.Once
 }
 
-// New checks cfg and connects the Kafka producer client.
+// New checks cfg and makes the Kafka producer client, which connects on
+// the first push; nothing runs until Run.
 func New(cfg Config) (*Producer, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -197,34 +206,55 @@ func New(cfg Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
 	if cfg.Partitions > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.ProduceTimeout)
-		defer cancel()
-		if p.watch, err = newWatcher(ctx, &p.cfg); err != nil {
-			cl.Close()
-			return nil, err
-		}
-		var wctx context.Context
-		wctx, p.stopWatch = context.WithCancel(context.Background())
-		p.watching.Add(1)
-		go func() {
-			defer p.watching.Done()
-			p.watch.run(wctx)
-		}()
+		p.watch = newWatcher(&p.cfg)
 	}
 	return p, nil
 }
 
-// Close flushes and closes the Kafka client.
-func (p *Producer) Close() {
-	if p.watch != nil {
-		p.stopWatch()
-		p.watching.Wait()
-		p.watch.close()
+// Run follows the changelog (when Config.Partitions is set) until ctx
+// ends, then flushes what pushes wrote and closes the Kafka client. It
+// fails when the changelog's end offsets cannot be read within
+// Config.ProduceTimeout; a changelog that cannot be followed later is
+// logged, and pushes go on without ?wait=applied.
+func (p *Producer) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("producer: Run called twice")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ProduceTimeout)
-	defer cancel()
-	_ = p.cl.Flush(ctx)
-	p.cl.Close()
+	defer p.Close()
+	if p.watch != nil {
+		sctx, cancel := context.WithTimeout(ctx, p.cfg.ProduceTimeout)
+		err := p.watch.start(sctx)
+		cancel()
+		if err != nil {
+			p.watch.stop(err)
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := p.watch.run(ctx); err != nil && ctx.Err() == nil {
+			p.cfg.Log.Error("producer: stopped following the changelog; ?wait=applied is answered 503 until a restart",
+				"topic", p.cfg.Topics.Versions, "err", err)
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Close stops following the changelog, flushes and closes the Kafka
+// client. Run closes the producer when it returns; Close is for a
+// producer whose Run was never called, and is safe to call more than
+// once.
+func (p *Producer) Close() {
+	p.closing.Do(func() {
+		if p.watch != nil {
+			p.watch.close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ProduceTimeout)
+		defer cancel()
+		_ = p.cl.Flush(ctx)
+		p.cl.Close()
+	})
 }
 
 // Mount adds the push endpoints to mux.
@@ -244,8 +274,12 @@ func (p *Producer) Routes() map[string]http.HandlerFunc {
 	}
 }
 
-// Ready reports whether Kafka answers.
+// Ready reports whether Kafka answers and, when the producer follows the
+// changelog, whether Run has it followed.
 func (p *Producer) Ready(ctx context.Context) error {
+	if p.watch != nil && !p.watch.following() {
+		return fmt.Errorf("producer: not yet following %s", p.cfg.Topics.Versions)
+	}
 	return p.cl.Ping(ctx)
 }
 

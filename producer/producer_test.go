@@ -48,12 +48,35 @@ func newFixture(t *testing.T, brokers []string, names kafka.TopicNames, mutate f
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	run(t, p)
 	mux := http.NewServeMux()
 	p.Mount(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, brokers: brokers, names: names, keys: keys, srv: srv, p: p}
+}
+
+// run runs p until the test ends and, when p follows the changelog,
+// returns once it does.
+func run(t *testing.T, p *Producer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if p.watch == nil {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); !p.watch.following(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the producer does not follow the changelog 10s after Run started")
+		}
+	}
 }
 
 func embedded(t *testing.T) ([]string, kafka.TopicNames) {
@@ -597,5 +620,58 @@ func TestTruncatedBodyRefused(t *testing.T) {
 	}
 	if n := countRecords(t, brokers, names.Mutations); n != 0 {
 		t.Fatalf("%d records written for a body cut short", n)
+	}
+}
+
+// Served before Run follows the changelog, a push with ?wait=applied is
+// answered 503 with a Retry-After and nothing is written, and the
+// producer is not ready; a push without a wait is written. Once Run
+// follows the changelog, the same push waits for its outcome (none here:
+// no sequencer runs, so it times out with 202).
+func TestWaitBeforeRunIsUnavailable(t *testing.T) {
+	brokers, names := embedded(t)
+	keys := auth.NewKeyset()
+	if err := keys.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Kafka: kafka.ClientConfig{Brokers: brokers}, Topics: names, Keys: keys.VerifyOnly(), Partitions: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	p.Mount(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, brokers: brokers, names: names, keys: keys, srv: srv, p: p}
+	tok := f.token("user:alice", "acme", []string{"*"}, []string{auth.ScopeWrite}, time.Hour)
+	body := func(id uint64) string {
+		return `{"clientGroup":"g","mutations":[` + mutationJSON("c", id, "x", `{}`) + `]}`
+	}
+	if err := p.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), names.Versions) {
+		t.Errorf("Ready before Run: %v, want an error naming %s", err, names.Versions)
+	}
+	status, out, hdr := f.post("/v1/projects/acme/roadmap/push?wait=applied&timeout=200ms", tok, "application/json", body(1))
+	e, _ := out["error"].(map[string]any)
+	if status != http.StatusServiceUnavailable || e["code"] != wire.CodeUnavailable || hdr.Get("Retry-After") != "1" {
+		t.Fatalf("wait before Run: %d %v, Retry-After %q: want 503 %s with Retry-After 1", status, out, hdr.Get("Retry-After"), wire.CodeUnavailable)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 0 {
+		t.Fatalf("%d records written by a refused push", n)
+	}
+	if status, out, _ := f.post("/v1/projects/acme/roadmap/push", tok, "application/json", body(1)); status != http.StatusOK {
+		t.Fatalf("push without wait before Run: %d %v", status, out)
+	}
+
+	run(t, p)
+	if err := p.Ready(context.Background()); err != nil {
+		t.Errorf("Ready once Run follows the changelog: %v", err)
+	}
+	status, out, _ = f.post("/v1/projects/acme/roadmap/push?wait=applied&timeout=200ms", tok, "application/json", body(2))
+	outcomes, _ := out["outcomes"].([]any)
+	if status != http.StatusAccepted || len(outcomes) != 1 || outcomes[0].(map[string]any)["status"] != wire.OutcomeTimeout {
+		t.Fatalf("wait once Run follows the changelog: %d %v, want 202 with a timeout outcome", status, out)
+	}
+	if n := countRecords(t, brokers, names.Mutations); n != 2 {
+		t.Fatalf("%d records, want 2", n)
 	}
 }

@@ -1,9 +1,11 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -43,6 +45,7 @@ type outcome struct {
 // when the tail has read both topics up to their end offsets of that
 // moment without finding one, the mutation was a duplicate.
 type watcher struct {
+	cfg     *Config
 	tail    *changelog.Tail
 	adm     *kadm.Client
 	group   string
@@ -65,6 +68,9 @@ type watcher struct {
 	// a poll's events are (the tail itself is read by run alone).
 	read    map[string][]int64
 	stopped error // why the watcher stopped, if it did
+	// started is set once start opened the tail: tail, adm, vparts,
+	// rparts and read are set then, and not before.
+	started bool
 }
 
 type groupKey struct{ org, project, group string }
@@ -92,15 +98,28 @@ type waiter struct {
 // maxOwners bounds the remembered group owners.
 const maxOwners = 1 << 20
 
-func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
+// newWatcher returns a watcher that follows nothing until start.
+func newWatcher(cfg *Config) *watcher {
+	w := &watcher{
+		cfg: cfg, group: cfg.SequencerGroup, retain: 2 * time.Minute, recheck: 20 * time.Millisecond,
+		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]outcome{}, waits: map[position][]*waiter{},
+	}
+	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
+	return w
+}
+
+// start reads the end offsets of canon.versions and canon.rejected and
+// opens the tail there; run follows it.
+func (w *watcher) start(ctx context.Context) error {
+	cfg := w.cfg
 	aux := cfg.Kafka.Aux("watch")
 	opts, err := aux.Opts()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Versions, cfg.Topics.Rejected)
@@ -109,7 +128,7 @@ func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
 	}
 	if err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("producer: read the end offsets of %s and %s: %w", cfg.Topics.Versions, cfg.Topics.Rejected, err)
+		return fmt.Errorf("producer: read the end offsets of %s and %s: %w", cfg.Topics.Versions, cfg.Topics.Rejected, err)
 	}
 	start, rstart := map[int32]int64{}, map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -125,16 +144,10 @@ func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
 	})
 	if err != nil {
 		cl.Close()
-		return nil, err
+		return err
 	}
-	w := &watcher{
-		tail: tail, adm: adm, group: cfg.SequencerGroup, vparts: int32(len(start)), rparts: int32(len(rstart)),
-		retain: 2 * time.Minute, recheck: 20 * time.Millisecond,
-		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]outcome{}, waits: map[position][]*waiter{},
-	}
-	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
-	w.read = map[string][]int64{w.topics.versions: make([]int64, w.vparts), w.topics.rejected: make([]int64, w.rparts)}
-	for topic, next := range w.read {
+	read := map[string][]int64{w.topics.versions: make([]int64, len(start)), w.topics.rejected: make([]int64, len(rstart))}
+	for topic, next := range read {
 		for p := range next {
 			next[p] = -1
 			if n, ok := tail.Next(topic, int32(p)); ok {
@@ -142,11 +155,36 @@ func newWatcher(ctx context.Context, cfg *Config) (*watcher, error) {
 			}
 		}
 	}
-	return w, nil
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tail, w.adm, w.vparts, w.rparts, w.read = tail, adm, int32(len(start)), int32(len(rstart)), read
+	w.started = true
+	return nil
 }
 
-// run follows the changelog and settles waiters until ctx ends.
-func (w *watcher) run(ctx context.Context) {
+// following reports whether start succeeded: the watcher then sees the
+// outcomes of what is written from now on.
+func (w *watcher) following() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.started
+}
+
+// errNotFollowing answers a push with ?wait=applied before the watcher
+// follows the changelog: nothing is written, the client retries.
+func (w *watcher) errNotFollowing() *wire.Error {
+	if w.following() {
+		return nil
+	}
+	return &wire.Error{Status: http.StatusServiceUnavailable, Code: wire.CodeUnavailable, RetryAfter: 1,
+		Message: "this producer is starting and does not follow " + w.topics.versions + " yet; nothing was written",
+		Hint:    "retry after Retry-After, or push without wait=applied"}
+}
+
+// run follows the changelog and settles waiters until ctx ends or the
+// changelog cannot be followed; it returns why it stopped, nil when ctx
+// ended.
+func (w *watcher) run(ctx context.Context) error {
 	var checking sync.WaitGroup
 	checking.Add(1)
 	go func() {
@@ -158,7 +196,10 @@ func (w *watcher) run(ctx context.Context) {
 		evs, err := w.tail.Poll(ctx)
 		if err != nil {
 			w.stop(err)
-			return
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		}
 		w.mu.Lock()
 		for i := range evs {
@@ -177,9 +218,15 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
+// close closes the Kafka clients start opened, once run returned.
 func (w *watcher) close() {
-	w.tail.Close()
-	w.adm.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tail != nil {
+		w.tail.Close()
+		w.adm.Close()
+		w.tail, w.adm = nil, nil
+	}
 }
 
 // stop fails the pending waits: the watcher no longer sees outcomes.
@@ -283,9 +330,9 @@ func (w *watcher) wait(ctx context.Context, written []wire.Written) ([]outcome, 
 	out := make([]outcome, len(written))
 	ws := make([]*waiter, len(written))
 	w.mu.Lock()
-	if w.stopped != nil {
+	if w.stopped != nil || !w.started {
 		w.mu.Unlock()
-		return nil, w.stopped
+		return nil, cmp.Or(w.stopped, errors.New("not following the changelog yet"))
 	}
 	for i, wr := range written {
 		pos := position{wr.Partition, wr.Offset}

@@ -65,7 +65,15 @@ func startPipeline(t *testing.T, partitions int32) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	pctx, pcancel := context.WithCancel(context.Background())
+	pdone := make(chan error, 1)
+	go func() { pdone <- p.Run(pctx) }()
+	t.Cleanup(func() { pcancel(); <-pdone })
+	for deadline := time.Now().Add(20 * time.Second); p.Ready(pctx) != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer is not ready 20s after Run started: %v", p.Ready(pctx))
+		}
+	}
 	srv, err := New(Config{Store: st, Keys: keys.VerifyOnly()})
 	if err != nil {
 		t.Fatal(err)

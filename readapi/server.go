@@ -70,7 +70,7 @@ func (c *Config) Validate() error {
 	case c.Store == nil:
 		return errors.New("readapi: Store is required")
 	case c.Keys == nil:
-		return errors.New("readapi: Keys is required: reads check tokens (pass --keys)")
+		return errors.New("readapi: Keys is required: reads check tokens")
 	case c.MaxVersionsPage < 0:
 		return fmt.Errorf("readapi: MaxVersionsPage is %d: use 0 for the default (%d) or a positive count", c.MaxVersionsPage, DefaultMaxVersionsPage)
 	case c.MaxPullBytes < 0:

@@ -169,7 +169,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("sequencer: no store"))
 	}
 	if len(c.Kafka.Brokers) == 0 {
-		errs = append(errs, errors.New("sequencer: no Kafka brokers: pass --brokers"))
+		errs = append(errs, errors.New("sequencer: Kafka.Brokers is empty: give at least one host:port"))
 	}
 	if c.MaxBatchRecords < 0 || c.RestoreBatch < 0 {
 		errs = append(errs, fmt.Errorf("sequencer: batch sizes must be positive (max batch %d, restore batch %d)", c.MaxBatchRecords, c.RestoreBatch))

@@ -30,6 +30,7 @@ import (
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -555,7 +556,7 @@ type branchRef struct{ project, branch string }
 
 // history is the changelog checked and replayed.
 type history struct {
-	mem      *model.MemState
+	mem      *modeltest.MemState
 	versions map[branchRef][]*schemas.Version // versions[b][i] is version i+1
 }
 
@@ -576,7 +577,7 @@ func (c *changelog) check(expect map[mutKey]string) *history {
 	if c.err != nil {
 		c.t.Fatal(c.err)
 	}
-	h := &history{mem: model.NewMemState(), versions: map[branchRef][]*schemas.Version{}}
+	h := &history{mem: modeltest.NewMemState(), versions: map[branchRef][]*schemas.Version{}}
 	seen := map[mutKey]int{}
 	lastID := map[string]uint64{}
 	errs := 0

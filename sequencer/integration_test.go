@@ -27,6 +27,7 @@ import (
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -425,7 +426,7 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 			t.Fatal("old owner polled nothing")
 		}
 	}
-	dec := model.NewDecider(model.NewMemState(), model.NewRegistry(), schemas.DefaultLimits())
+	dec := model.NewDecider(modeltest.NewMemState(), model.NewRegistry(), schemas.DefaultLimits())
 	r := polled[0]
 	m, err := schemas.DecodeMutation(schemas.SchemaMutationV1, r.Value, schemas.DefaultLimits())
 	if err != nil {

@@ -347,7 +347,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		var fatal error
 		fetches.EachError(func(t string, p int32, err error) {
 			if errors.Is(err, kerr.FencedInstanceID) {
-				fatal = fmt.Errorf("another running sequencer has instance id %s in group %s: give every instance its own --data directory or --instance-id: %w",
+				fatal = fmt.Errorf("another running sequencer has instance id %s in group %s: give every instance its own InstanceID: %w",
 					s.cfg.InstanceID, s.cfg.Group, ErrDuplicateInstance)
 			}
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -175,7 +175,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	waitUntil(t, ctx, "ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
 
 	// The changelog: contiguous versions per project, each mutation once.
-	mem := model.NewMemState()
+	mem := modeltest.NewMemState()
 	var chunks []schemas.Chunk
 	seen := map[string]uint64{}
 	for _, r := range readTopic(t, e.brokers, e.names.Versions) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -130,7 +131,7 @@ func checkAgainstModel(t *testing.T, seed uint64, n int) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	mem := model.NewMemState()
+	mem := modeltest.NewMemState()
 	limits := schemas.DefaultLimits()
 	reg := model.NewRegistry()
 	overStore := model.NewDecider(st, reg, limits)
@@ -273,7 +274,7 @@ func describe(d model.Decision) string {
 	return s
 }
 
-func compareHeads(t *testing.T, st *store.Store, mem *model.MemState) {
+func compareHeads(t *testing.T, st *store.Store, mem *modeltest.MemState) {
 	t.Helper()
 	for _, project := range []string{"roadmap", "budget"} {
 		for _, branch := range mem.Branches("acme", project) {
@@ -291,7 +292,7 @@ func compareHeads(t *testing.T, st *store.Store, mem *model.MemState) {
 }
 
 // compareAt checks the store's answers for one version against the model.
-func compareAt(t *testing.T, st *store.Store, mem *model.MemState, project, branch string, v uint64) {
+func compareAt(t *testing.T, st *store.Store, mem *modeltest.MemState, project, branch string, v uint64) {
 	t.Helper()
 	where := fmt.Sprintf("%s@%s v%d", project, branch, v)
 	wantItems, ok := mem.Items("acme", project, branch, v)

@@ -188,15 +188,14 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, log *slog.Logg
 	log.Info("canon dev started", "version", versionString(), "http", n.httpLn.Addr().String(), "brokers", brokers)
 
 	// Every role, in one process.
-	names := slices.Sorted(maps.Keys(roles))
-	components, err := setupRoles(n, names)
-	if err != nil {
-		return err
+	// The roles' setup adds its lines first (the projector's history
+	// line); the rest comes once they run.
+	names := allRoles()
+	rest := func(w io.Writer) {
+		fmt.Fprintf(w, "  roles       %s\n", strings.Join(names, ", "))
+		printTryIt(w, base, devToken)
 	}
-	fmt.Fprintf(w, "  roles       %s\n", strings.Join(names, ", "))
-	printTryIt(w, base, devToken)
-	components = append(components, printWhenReady(n, cmd.OutOrStdout(), &banner))
-	err = n.run(ctx, components...)
+	err = n.runRoles(ctx, names, component{"banner", printWhenReady(n, cmd.OutOrStdout(), &banner, rest)})
 	log.Info("canon dev stopping")
 	return err
 }
@@ -208,11 +207,12 @@ const defaultDevKafkaPort = 9092
 // is printed with what is not ready yet.
 const bannerWait = 20 * time.Second
 
-// printWhenReady is a component of canon dev that prints the banner once
-// every readiness check passes (or after bannerWait, naming the checks
-// that fail), and then returns.
-func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer) func(context.Context) error {
+// printWhenReady is a component of canon dev that adds rest to the
+// banner, prints it once every readiness check passes (or after
+// bannerWait, naming the checks that fail), and then returns.
+func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer, rest func(io.Writer)) func(context.Context) error {
 	return func(ctx context.Context) error {
+		rest(banner)
 		deadline := time.Now().Add(bannerWait)
 		for {
 			failed := n.ready.Check(ctx)

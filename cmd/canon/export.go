@@ -53,7 +53,7 @@ snapshot. docs/pipelines.md describes the lines.`,
 			res, err := pipelines.Export(cmd.Context(), cfg, pipelines.ExportOptions{Project: p, Branch: f.branch, At: f.at, NoHistory: f.noHistory}, w)
 			done()
 			if err != nil {
-				return err
+				return pipelineError(err)
 			}
 			if f.json {
 				return printJSON(summary, res)

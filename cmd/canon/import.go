@@ -54,7 +54,7 @@ run again with the same flags.`,
 			res, err := pipelines.Import(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
-				return err
+				return pipelineError(err)
 			}
 			out := cmd.OutOrStdout()
 			if f.json {

@@ -11,8 +11,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,9 +27,6 @@ import (
 	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
-	"github.com/canon-sync/canon/producer"
-	"github.com/canon-sync/canon/sequencer"
-	"github.com/canon-sync/canon/store"
 )
 
 // kafkaFlags configure the connection to Kafka and Canon's topics.
@@ -123,42 +118,14 @@ type node struct {
 	topicPrefix string
 	// seq tunes the sequencer role; zero fields take its defaults.
 	seq sequencerTuning
-	// roles are the roles this node runs, set before any is set up.
-	roles []string
 	// partitions are the partitions of Canon's topics that the node's read
 	// roles serve (--partitions); nil means all of them.
 	partitions []int32
-	// producer is the producer role's, for the other roles that push (the
-	// websocket); nil when the node does not run it.
-	producer *producer.Producer
-	// sequencer is the sequencer role's, for the read roles on its store;
-	// nil when the node does not run it.
-	sequencer *sequencer.Sequencer
-	// store is the Pebble store the node's roles share (Pebble allows one
-	// opener per directory); opened by the first role that asks.
-	store *store.Store
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
-	// reads tells which partitions the node's read API serves from store;
-	// nil when the node does not run the readapi role. Set up before the
-	// node runs.
-	reads func(p int32) bool
 	// cors says which browser origins may use the HTTP APIs and the
 	// websocket (--cors-origins); nil allows none but the server's own.
 	cors *httpapi.CORS
-}
-
-// readable returns once the node's read API can serve partition p of
-// canon.versions below offset next, or with ctx's error: the producer's
-// ?wait=applied answers then, so that a read on this node right after
-// sees the write. A partition the node serves no reads of (no readapi
-// role, another sequencer instance owns it, a replica of other
-// partitions) is answered 421 here, never stale: nothing to wait for.
-func (n *node) readable(ctx context.Context, p int32, next int64) error {
-	if n.reads == nil || !n.reads(p) {
-		return nil
-	}
-	return n.store.WaitApplied(ctx, p, next)
 }
 
 // DefaultKeysReload is how often a node reads its keyset file again: a
@@ -211,38 +178,6 @@ func (n *node) watchKeys(ctx context.Context) error {
 		last = raw
 		n.verify.Replace(k.VerifyOnly())
 		n.log.Info("keyset reloaded", "file", n.keysPath, "keys", k.IDs(), "sighup", forced)
-	}
-}
-
-// runs reports whether the node runs the named role.
-func (n *node) runs(role string) bool { return slices.Contains(n.roles, role) }
-
-// sharedStore opens the store under the node's data dir once; every role
-// of the node gets the same one. It is closed by closeStore after all
-// roles stopped.
-func (n *node) sharedStore() (*store.Store, error) {
-	if n.store != nil {
-		return n.store, nil
-	}
-	dir := filepath.Join(n.dataDir, "store")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w (pass --data with a writable directory)", dir, err)
-	}
-	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log})
-	if err != nil {
-		return nil, fmt.Errorf("open store in %s: %w", dir, err)
-	}
-	n.store = st
-	return st, nil
-}
-
-// closeStore closes the shared store, if a role opened it.
-func (n *node) closeStore() {
-	if n.store != nil {
-		if err := n.store.Close(); err != nil {
-			n.log.Error("close the store", "err", err)
-		}
-		n.store = nil
 	}
 }
 
@@ -299,9 +234,9 @@ func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaF
 	return n, nil
 }
 
-// run serves HTTP and the given component runs until ctx ends or one of
-// them fails; it returns after all of them stopped.
-func (n *node) run(ctx context.Context, components ...func(context.Context) error) error {
+// run serves HTTP and runs the components until ctx ends or one of them
+// fails; it returns after all of them stopped.
+func (n *node) run(ctx context.Context, components []component) error {
 	// Readiness: the broker answers. Components add their own checks.
 	opts, _ := n.kcfg.Opts()
 	cl, err := kgo.NewClient(append(opts, kgo.ClientID("canon-health"), kgo.RetryTimeout(ops.CheckTimeout))...)
@@ -334,13 +269,12 @@ func (n *node) run(ctx context.Context, components ...func(context.Context) erro
 	}
 	g.Go(func() error { return ops.Serve(gctx, n.httpLn, h, n.log, 10*time.Second, ops.Timeouts{}) })
 	for _, c := range components {
-		g.Go(func() error { return c(gctx) })
+		g.Go(func() error { return c.run(gctx) })
 	}
 	if n.keysPath != "" && n.verify != nil {
 		g.Go(func() error { return n.watchKeys(gctx) })
 	}
 	err = g.Wait()
-	n.closeStore()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		err = nil
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -187,3 +189,38 @@ func shortHash(h string) string {
 	}
 	return h
 }
+
+// pipelineFlagNames are the flags of the pipelines commands by the job option
+// they set, as pipelines.OptionError names the options.
+var pipelineFlagNames = map[string]string{
+	"Into": "--into", "From": "--from", "To": "--to", "Onto": "--onto", "OntoSnapshot": "--onto-snapshot",
+	"Client": "--client", "At": "--at", "Project": "--project", "Branch": "--branch",
+	"Source.Project": "--project", "Source.Branch": "--branch", "Target.Branch": "--branch",
+	"Config.Topics":  "--topic-prefix",
+	"Raw.FromOffset": "--from-offset", "Raw.ToOffset": "--to-offset", "Raw.Since": "--since", "Raw.Until": "--until",
+}
+
+// pipelineError is err of a pipelines job as canon's users read it: the
+// options an OptionError names are the flags that set them.
+func pipelineError(err error) error {
+	var oe *pipelines.OptionError
+	switch {
+	case errors.As(err, &oe):
+		msg := oe.Explain(func(option string) string { return pipelineFlagNames[option] })
+		return explainedError{strings.Replace(err.Error(), oe.Error(), msg, 1), err}
+	case errors.Is(err, pipelines.ErrNoSnapshot):
+		msg := "the file holds no snapshot: export one with canon export (a history export ends with the snapshot of --branch)"
+		return explainedError{strings.Replace(err.Error(), pipelines.ErrNoSnapshot.Error(), msg, 1), err}
+	}
+	return err
+}
+
+// explainedError is an error of a library with its message told in the
+// command's terms; errors.Is and As see the library's error.
+type explainedError struct {
+	msg string
+	err error
+}
+
+func (e explainedError) Error() string { return e.msg }
+func (e explainedError) Unwrap() error { return e.err }

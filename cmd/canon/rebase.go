@@ -78,7 +78,7 @@ once.`,
 			res, err := pipelines.Rebase(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
-				return err
+				return pipelineError(err)
 			}
 			out := cmd.OutOrStdout()
 			if f.json {
@@ -135,7 +135,7 @@ func readSnapshotFile(path string) (*pipelines.Snapshot, error) {
 	defer file.Close()
 	snap, err := pipelines.ReadSnapshot(file)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot file %s: %w", path, err)
+		return nil, fmt.Errorf("snapshot file %s: %w", path, pipelineError(err))
 	}
 	return snap, nil
 }

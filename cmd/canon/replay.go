@@ -70,7 +70,7 @@ holds is not sent twice.`,
 			res, err := pipelines.Replay(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
-				return err
+				return pipelineError(err)
 			}
 			out := cmd.OutOrStdout()
 			if f.json {

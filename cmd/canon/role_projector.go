@@ -20,10 +20,6 @@ import (
 	"github.com/canon-sync/canon/projector/history"
 )
 
-func init() {
-	roles["projector"] = role{help: "projects canon.versions into the ClickHouse history tables (needs --clickhouse)", setup: setupProjector}
-}
-
 // clickhouseFlags are the flags of the ClickHouse history tables and of
 // the projector role.
 type clickhouseFlags struct {
@@ -112,45 +108,6 @@ func (f *clickhouseFlags) config() (history.ClickHouseConfig, error) {
 		cfg.TLS = kc.TLS
 	}
 	return cfg, nil
-}
-
-func setupProjector(n *node) (func(context.Context) error, error) {
-	f := activeClickHouse.Load()
-	if f == nil {
-		return nil, fmt.Errorf("the projector role needs the ClickHouse flags of serve or dev")
-	}
-	if len(f.addr) == 0 {
-		if f.optional {
-			fmt.Fprintf(f.out, "  history     %s\n", f.historyLine())
-			return func(ctx context.Context) error { <-ctx.Done(); return nil }, nil
-		}
-		return nil, usageError{fmt.Errorf("the projector role writes to ClickHouse: pass --clickhouse host:port (native protocol) or set CANON_CLICKHOUSE")}
-	}
-	kcfg := n.kcfg
-	kcfg.ClientID = "canon-projector"
-	chcfg, err := f.config()
-	if err != nil {
-		return nil, err
-	}
-	p, err := history.New(history.Config{
-		Kafka:          kcfg,
-		Topics:         n.topics.Names,
-		Group:          n.topicPrefix + history.DefaultGroup,
-		ClickHouse:     chcfg,
-		BatchRows:      f.batchRows,
-		BatchInterval:  f.batchInterval,
-		SessionTimeout: f.sessionTimeout,
-		Log:            n.log,
-		Registerer:     n.registry,
-	})
-	if err != nil {
-		return nil, usageError{err}
-	}
-	if f.optional {
-		fmt.Fprintf(f.out, "  history     %s\n", f.historyLine())
-	}
-	n.ready.Add("projector", p.Ready)
-	return p.Run, nil
 }
 
 // newProjectorCmd is `canon projector`: tools of the history projector.

@@ -1,67 +1,21 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"slices"
-
-	"golang.org/x/sync/errgroup"
-
 	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/live"
 	"github.com/canon-sync/canon/readapi"
-	"github.com/canon-sync/canon/sequencer"
+	"github.com/canon-sync/canon/store"
 	"github.com/canon-sync/canon/webui"
 )
 
-func init() {
-	roles["readapi"] = role{
-		help:  "HTTP reads, Replicache pull, the websocket and the web UI (/ui/); without the sequencer role, a read replica of --partitions",
-		setup: setupReadAPI,
-	}
-}
-
-// setupReadAPI serves the read API from the node's store. With the
-// sequencer role in the same node (canon dev) that is the sequencer's
-// store, and nothing else runs; otherwise the node is a read replica: it
-// materializes the store for --partitions (all by default) from
-// canon.versions and is ready once caught up.
-func setupReadAPI(n *node) (func(context.Context) error, error) {
-	if n.keys == nil {
-		return nil, usageError{errors.New("the readapi role verifies tokens: pass --keys FILE (a keyset made with 'canon token keygen')")}
-	}
-	st, err := n.sharedStore()
-	if err != nil {
-		return nil, err
-	}
-	partitions := n.partitions
-	var serves func(int32) bool
-	run := func(ctx context.Context) error {
-		<-ctx.Done()
-		return nil
-	}
-	if n.runs("sequencer") {
-		// The sequencer's store holds the partitions the sequencer owns
-		// and has restored; the others are answered 421 (4004 on the
-		// websocket). --partitions is for replicas.
-		partitions, serves = nil, n.sequencer.Serves
-	} else {
-		kcfg := n.kcfg
-		kcfg.ClientID = "canon-readapi-replica"
-		rep, err := readapi.NewReplica(readapi.ReplicaConfig{
-			Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Rejections: true, Log: n.log,
-		})
-		if err != nil {
-			return nil, err
-		}
-		n.ready.Add("readapi-replica", rep.Ready)
-		run = rep.Run
-	}
-	n.reads = serves
-	if serves == nil {
-		n.reads = func(p int32) bool { return partitions == nil || slices.Contains(partitions, p) }
-	}
+// mountReads mounts the readapi role's endpoints on the node's mux: the
+// read API from st, the web UI, and the websocket, which pushes through
+// pusher; it returns the websocket's server, which runs. partitions and
+// serves are the read API's Config fields: with the sequencer in the node
+// (canon dev) serves is the sequencer's, otherwise partitions are those
+// of the node's read replica.
+func (n *node) mountReads(st *store.Store, partitions []int32, serves func(int32) bool, pusher *producer.Producer) (*live.Server, error) {
 	srv, err := readapi.New(readapi.Config{
 		Store:      st,
 		Keys:       n.verifyKeys(),
@@ -82,17 +36,7 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 	}
 	ui.Mount(n.mux)
 
-	// The websocket: versions of a project live, and pushes on the socket
-	// through the node's producer (or one of its own).
-	pusher := n.producer
-	if pusher == nil {
-		kcfg := n.kcfg
-		kcfg.ClientID = "canon-live-producer"
-		if pusher, err = producer.New(producer.Config{Kafka: kcfg, Topics: n.topics.Names, Keys: n.verifyKeys(), Log: n.log,
-			Registerer: n.registry, Partitions: n.topics.Partitions, SequencerGroup: n.topicPrefix + sequencer.DefaultGroup}); err != nil {
-			return nil, err
-		}
-	}
+	// The websocket: versions of a project live, and pushes on the socket.
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-live"
 	// Upgrades get the origin check of the HTTP APIs (--cors-origins).
@@ -107,15 +51,5 @@ func setupReadAPI(n *node) (func(context.Context) error, error) {
 		return nil, err
 	}
 	ws.Mount(n.mux)
-	n.ready.Add("live", ws.Ready)
-	own := pusher != n.producer
-	return func(ctx context.Context) error {
-		if own {
-			defer pusher.Close()
-		}
-		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return run(gctx) })
-		g.Go(func() error { return ws.Run(gctx) })
-		return g.Wait()
-	}, nil
+	return ws, nil
 }

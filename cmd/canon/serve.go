@@ -5,56 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/canon-sync/canon/internal/auth"
 )
-
-// role is one of Canon's components inside `canon serve` or `canon dev`.
-type role struct {
-	help string
-	// setup builds the component and registers its readiness check before
-	// the node serves HTTP; the returned function runs it until ctx ends.
-	setup func(n *node) (run func(ctx context.Context) error, err error)
-}
-
-// roleOrder is the order roles are set up in, whatever the order given:
-// a role may use what an earlier one made (readapi uses the producer).
-var roleOrder = []string{"producer", "sequencer", "readapi", "projector"}
-
-// setupRoles sets up the named roles on n.
-func setupRoles(n *node, names []string) ([]func(context.Context) error, error) {
-	names = slices.Clone(names)
-	slices.SortStableFunc(names, func(a, b string) int {
-		ia, ib := slices.Index(roleOrder, a), slices.Index(roleOrder, b)
-		if ia < 0 {
-			ia = len(roleOrder)
-		}
-		if ib < 0 {
-			ib = len(roleOrder)
-		}
-		return ia - ib
-	})
-	n.roles = names
-	runs := make([]func(context.Context) error, 0, len(names))
-	for _, name := range names {
-		run, err := roles[name].setup(n)
-		if err != nil {
-			n.closeStore()
-			return nil, fmt.Errorf("role %s: %w", name, err)
-		}
-		runs = append(runs, run)
-	}
-	return runs, nil
-}
-
-// roles are the components `canon serve --roles` can run. Each issue that
-// builds a component adds its role here.
-var roles = map[string]role{}
 
 type serveFlags struct {
 	kafka kafkaFlags
@@ -115,15 +71,6 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	return cmd
 }
 
-func knownRoles() string {
-	names := make([]string, 0, len(roles))
-	for name, r := range roles {
-		names = append(names, name+" ("+r.help+")")
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
 func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 	if len(f.kafka.brokers) == 0 {
 		return usageError{fmt.Errorf("no Kafka brokers: pass --brokers host:port (or set CANON_BROKERS); for a single-process setup use 'canon dev'")}
@@ -159,9 +106,5 @@ func runServe(ctx context.Context, f *serveFlags, log *slog.Logger) error {
 	}
 	log.Info("canon serve started", "version", versionString(), "roles", f.roles,
 		"http", n.httpLn.Addr().String(), "partitions", n.topics.Partitions)
-	components, err := setupRoles(n, f.roles)
-	if err != nil {
-		return err
-	}
-	return n.run(ctx, components...)
+	return n.runRoles(ctx, f.roles)
 }

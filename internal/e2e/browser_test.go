@@ -45,7 +45,7 @@ func startServer(t *testing.T, ctx context.Context, pl *pipeline, cors *httpapi.
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	runProducer(t, p)
 	mux := http.NewServeMux()
 	ra, err := readapi.New(readapi.Config{Store: pl.store, Keys: pl.keys.VerifyOnly()})
 	if err != nil {

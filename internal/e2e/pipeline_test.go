@@ -77,7 +77,8 @@ func (pl *pipeline) serveProducer(t testing.TB, cfg producer.Config) string {
 	}
 	rs.Mount(mux)
 	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { srv.Close(); p.Close() })
+	t.Cleanup(srv.Close)
+	runProducer(t, p)
 	return srv.URL
 }
 
@@ -91,4 +92,24 @@ func (pl *pipeline) token(t testing.TB, user string, projects ...string) string 
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// runProducer runs p until the test ends and returns once it is ready:
+// it follows the changelog when its Config.Partitions is set.
+func runProducer(t testing.TB, p *producer.Producer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("producer: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); p.Ready(ctx) != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer is not ready 20s after Run started: %v", p.Ready(ctx))
+		}
+	}
 }

@@ -119,7 +119,9 @@ func (c *Config) defaults() {
 
 // Projector projects canon.versions into the ClickHouse history tables.
 type Projector struct {
-	cfg  Config
+	cfg Config
+	// opts are the Kafka client's; Run makes cl with them.
+	opts []kgo.Opt
 	cl   *kgo.Client
 	conn driver.Conn
 	w    *writer
@@ -204,7 +206,7 @@ type cachedScalars struct {
 // over (a miss costs one ClickHouse lookup).
 const maxCachedBranches = 100_000
 
-// New connects to Kafka and ClickHouse; the group is joined by Run.
+// New checks cfg; Run connects to Kafka and ClickHouse and joins the group.
 func New(cfg Config) (*Projector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -245,9 +247,7 @@ func New(cfg Config) (*Projector, error) {
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(cfg.SessionTimeout/3))
 	}
-	if p.cl, err = kgo.NewClient(opts...); err != nil {
-		return nil, fmt.Errorf("projector: kafka client: %w", err)
-	}
+	p.opts = opts
 	return p, nil
 }
 
@@ -279,6 +279,16 @@ func (p *Projector) Committed() map[int32]int64 {
 // inserts and commits what it read before returning, and leaves the
 // group.
 func (p *Projector) Run(ctx context.Context) error {
+	// The client joins the group as soon as it exists: it is made here,
+	// not in New, so that a projector that does not run yet holds no
+	// partitions.
+	if p.cl != nil {
+		return errors.New("projector: Run called twice")
+	}
+	var err error
+	if p.cl, err = kgo.NewClient(p.opts...); err != nil {
+		return fmt.Errorf("projector: kafka client: %w", err)
+	}
 	if err := p.connect(ctx); err != nil {
 		p.cl.Close()
 		return err

@@ -164,7 +164,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("live: canon.versions has %d partitions, the store %d: they must be equal", c.PartitionCount, c.Store.Partitions()))
 	}
 	if c.Keys == nil {
-		errs = append(errs, errors.New("live: no keyset to verify tokens: pass --keys FILE"))
+		errs = append(errs, errors.New("live: Keys is required: a keyset to verify tokens"))
 	}
 	for _, p := range c.Partitions {
 		if p < 0 || p >= c.PartitionCount {

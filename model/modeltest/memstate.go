@@ -1,4 +1,8 @@
-package model
+// Package modeltest holds the test oracle of Canon's state: MemState,
+// the naive reference model of the Pebble store that the Decider's,
+// the store's and the sequencer's tests check against. No production
+// code imports it.
+package modeltest
 
 import (
 	"bytes"
@@ -9,7 +13,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
+)
+
+type (
+	branchKey  struct{ org, project, branch string }
+	projectKey struct{ org, project string }
+	itemKey    struct{ collection, id string }
 )
 
 // MemState is an in-memory store of versions and chunks: the naive
@@ -53,12 +64,12 @@ type memBranch struct {
 type memVersion struct {
 	record  *schemas.Version
 	scalars map[string]json.RawMessage
-	items   map[itemKey]ItemRef
+	items   map[itemKey]model.ItemRef
 	lastIDs map[string]uint64
 	state   schemas.StateHasher
 }
 
-var _ Reader = (*MemState)(nil)
+var _ model.Reader = (*MemState)(nil)
 
 // NewMemState returns an empty MemState.
 func NewMemState() *MemState {
@@ -95,7 +106,7 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 		if c.Org != v.Org || c.Project != v.Project {
 			return fmt.Errorf("chunk %s belongs to %s/%s", c.Hash, c.Org, c.Project)
 		}
-		if got := BodyHash(c.Data); got != c.Hash {
+		if got := model.BodyHash(c.Data); got != c.Hash {
 			return fmt.Errorf("chunk %s: its data hashes to %s", c.Hash, got)
 		}
 		newChunks[c.Hash] = bytes.Clone(c.Data)
@@ -117,9 +128,9 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 			}
 			blob = append(blob, c...)
 		}
-		if BodyHash(blob) != hash || int64(len(blob)) != size {
+		if model.BodyHash(blob) != hash || int64(len(blob)) != size {
 			return nil, fmt.Errorf("%s: its chunks make %d bytes hashing to %s, not %d bytes hashing to %s",
-				what, len(blob), BodyHash(blob), size, hash)
+				what, len(blob), model.BodyHash(blob), size, hash)
 		}
 		return blob, nil
 	}
@@ -135,7 +146,7 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 
 	// The state the version applies to.
 	next := &memVersion{
-		items:   make(map[itemKey]ItemRef),
+		items:   make(map[itemKey]model.ItemRef),
 		lastIDs: make(map[string]uint64),
 	}
 	switch {
@@ -200,7 +211,10 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 				return fmt.Errorf("items not sorted by (collection, id): %s/%s after %s/%s", ch.Collection, ch.ID, p.Collection, p.ID)
 			}
 		}
-		if err := validateTarget(ch.Collection, ch.ID); err != nil {
+		if err := schemas.ValidateCollection("collection", ch.Collection); err != nil {
+			return err
+		}
+		if err := schemas.ValidateItemID("id", ch.ID); err != nil {
 			return err
 		}
 		switch ch.Op {
@@ -210,7 +224,7 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 			}
 			delete(next.items, k)
 		case schemas.OpPut:
-			if canon, err := Canonical(ch.Meta); err != nil || !bytes.Equal(canon, ch.Meta) || firstByte(ch.Meta) != '{' {
+			if canon, err := model.Canonical(ch.Meta); err != nil || !bytes.Equal(canon, ch.Meta) || !bytes.HasPrefix(ch.Meta, []byte("{")) {
 				return fmt.Errorf("item %s/%s: meta %s is not a canonical JSON object", ch.Collection, ch.ID, ch.Meta)
 			}
 			if len(ch.Chunks) == 0 {
@@ -220,10 +234,10 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 			if err != nil {
 				return err
 			}
-			if canon, err := Canonical(body); err != nil || !bytes.Equal(canon, body) {
+			if canon, err := model.Canonical(body); err != nil || !bytes.Equal(canon, body) {
 				return fmt.Errorf("item %s/%s: the body is not canonical JSON", ch.Collection, ch.ID)
 			}
-			next.items[k] = ItemRef{
+			next.items[k] = model.ItemRef{
 				Collection: ch.Collection,
 				ID:         ch.ID,
 				Meta:       bytes.Clone(ch.Meta),
@@ -244,7 +258,7 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 		if err := schemas.ValidateScalarName("scalars", name); err != nil {
 			return err
 		}
-		if canon, err := Canonical(val); err != nil || !bytes.Equal(canon, val) {
+		if canon, err := model.Canonical(val); err != nil || !bytes.Equal(canon, val) {
 			return fmt.Errorf("scalar %s: %s is not canonical JSON", name, val)
 		}
 		next.scalars[name] = bytes.Clone(val)
@@ -263,7 +277,7 @@ func (s *MemState) apply(v *schemas.Version, chunks []schemas.Chunk) error {
 	}
 
 	// Commit.
-	next.record = cloneVersion(v)
+	next.record = CloneVersion(v)
 	if b == nil {
 		b = &memBranch{}
 		s.branches[bk] = b
@@ -330,55 +344,55 @@ func (s *MemState) latest(org, project, branch string) (*memVersion, bool) {
 	return b.versions[len(b.versions)-1], true
 }
 
-func (mv *memVersion) head() Head {
+func (mv *memVersion) head() model.Head {
 	sc := make(map[string]json.RawMessage, len(mv.scalars))
 	for k, v := range mv.scalars {
 		sc[k] = bytes.Clone(v)
 	}
-	return Head{Version: mv.record.Version, Scalars: sc, State: mv.state}
+	return model.Head{Version: mv.record.Version, Scalars: sc, State: mv.state}
 }
 
 // Head implements Reader.
-func (s *MemState) Head(org, project, branch string) (Head, error) {
+func (s *MemState) Head(org, project, branch string) (model.Head, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mv, ok := s.latest(org, project, branch)
 	if !ok {
-		return Head{}, nil
+		return model.Head{}, nil
 	}
 	return mv.head(), nil
 }
 
 // HeadAt implements Reader.
-func (s *MemState) HeadAt(org, project, branch string, v uint64) (Head, bool, error) {
+func (s *MemState) HeadAt(org, project, branch string, v uint64) (model.Head, bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mv, ok := s.version(org, project, branch, v)
 	if !ok {
-		return Head{}, false, nil
+		return model.Head{}, false, nil
 	}
 	return mv.head(), true, nil
 }
 
 // ItemRef implements Reader.
-func (s *MemState) ItemRef(org, project, branch, collection, id string) (ItemRef, bool, error) {
+func (s *MemState) ItemRef(org, project, branch, collection, id string) (model.ItemRef, bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mv, ok := s.latest(org, project, branch)
 	if !ok {
-		return ItemRef{}, false, nil
+		return model.ItemRef{}, false, nil
 	}
 	ref, ok := mv.items[itemKey{collection, id}]
 	return cloneRef(ref), ok, nil
 }
 
 // ItemRefAt implements Reader.
-func (s *MemState) ItemRefAt(org, project, branch, collection, id string, v uint64) (ItemRef, bool, error) {
+func (s *MemState) ItemRefAt(org, project, branch, collection, id string, v uint64) (model.ItemRef, bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mv, ok := s.version(org, project, branch, v)
 	if !ok {
-		return ItemRef{}, false, nil
+		return model.ItemRef{}, false, nil
 	}
 	ref, ok := mv.items[itemKey{collection, id}]
 	return cloneRef(ref), ok, nil
@@ -391,7 +405,7 @@ func (s *MemState) Body(org, project, hash string) ([]byte, error) {
 	pk := projectKey{org, project}
 	hashes, ok := s.bodies[pk][hash]
 	if !ok {
-		return nil, fmt.Errorf("body %s of %s/%s: %w", hash, org, project, ErrNotFound)
+		return nil, fmt.Errorf("body %s of %s/%s: %w", hash, org, project, model.ErrNotFound)
 	}
 	var body []byte
 	for _, h := range hashes {
@@ -421,18 +435,18 @@ func (s *MemState) LastID(org, project, branch, client string) (uint64, error) {
 
 // Items returns all items of a branch at version v, sorted by (collection,
 // id); ok is false when the branch has no version v.
-func (s *MemState) Items(org, project, branch string, v uint64) ([]ItemRef, bool) {
+func (s *MemState) Items(org, project, branch string, v uint64) ([]model.ItemRef, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mv, ok := s.version(org, project, branch, v)
 	if !ok {
 		return nil, false
 	}
-	refs := make([]ItemRef, 0, len(mv.items))
+	refs := make([]model.ItemRef, 0, len(mv.items))
 	for _, ref := range mv.items {
 		refs = append(refs, cloneRef(ref))
 	}
-	slices.SortFunc(refs, func(a, b ItemRef) int {
+	slices.SortFunc(refs, func(a, b model.ItemRef) int {
 		if c := strings.Compare(a.Collection, b.Collection); c != 0 {
 			return c
 		}
@@ -449,7 +463,7 @@ func (s *MemState) Version(org, project, branch string, v uint64) (*schemas.Vers
 	if !ok {
 		return nil, false
 	}
-	return cloneVersion(mv.record), true
+	return CloneVersion(mv.record), true
 }
 
 // Outcome returns what became of a client's mutation on a branch: the
@@ -487,13 +501,14 @@ func (s *MemState) Branches(org, project string) []string {
 	return names
 }
 
-func cloneRef(r ItemRef) ItemRef {
+func cloneRef(r model.ItemRef) model.ItemRef {
 	r.Meta = bytes.Clone(r.Meta)
 	r.Chunks = slices.Clone(r.Chunks)
 	return r
 }
 
-func cloneVersion(v *schemas.Version) *schemas.Version {
+// CloneVersion returns a deep copy of v.
+func CloneVersion(v *schemas.Version) *schemas.Version {
 	c := *v
 	if v.Base != nil {
 		b := *v.Base
