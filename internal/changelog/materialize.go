@@ -271,10 +271,13 @@ func (m *Materializer) run(ctx context.Context) error {
 	if m.cfg.Hooks.Started != nil {
 		m.cfg.Hooks.Started(maps.Clone(from), maps.Clone(targets))
 	}
+	if reread {
+		m.Close() // it reads from the dropped offsets
+	}
 	if m.cfg.Until != Forever && m.reached() {
 		return nil
 	}
-	if m.tail == nil || reread {
+	if m.tail == nil {
 		if err := m.open(from); err != nil {
 			return err
 		}
