@@ -200,18 +200,6 @@ func (t *Tail) decode(r *kgo.Record) Event {
 		ev.Rejected, ev.Err = schemas.DecodeRejected(schema, r.Value, t.cfg.Limits)
 		return ev
 	}
-	kind, _, err := schemas.ParseSchema(schema)
-	if err != nil {
-		ev.Err = err
-		return ev
-	}
-	switch kind {
-	case schemas.KindChunk:
-		ev.Chunk, ev.Err = schemas.DecodeChunk(schema, hash, r.Key, r.Value, t.cfg.Limits)
-	case schemas.KindVersion:
-		ev.Version, ev.Err = schemas.DecodeVersion(schema, r.Value, t.cfg.Limits)
-	default:
-		ev.Err = fmt.Errorf("%w: %q in %s", schemas.ErrUnknownSchema, schema, r.Topic)
-	}
+	ev.Chunk, ev.Version, ev.Err = schemas.DecodeChangelog(schema, hash, r.Key, r.Value, t.cfg.Limits)
 	return ev
 }
