@@ -81,7 +81,7 @@ var errOpenTransaction = errors.New("a transaction on the changelog partition ha
 func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error {
 	start := time.Now()
 	topic := s.cfg.Topics.Versions
-	_, end, high, err := s.changelogOffsets(ctx, cl, p)
+	end, high, err := s.changelogOffsets(ctx, cl, p)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 			s.log.Warn("cannot fence the open transaction on the changelog; waiting for it to end", "partition", p, "err", ferr)
 		}
 		if fenced {
-			if _, end, high, err = s.changelogOffsets(ctx, cl, p); err != nil {
+			if end, high, err = s.changelogOffsets(ctx, cl, p); err != nil {
 				return err
 			}
 		}
@@ -148,31 +148,26 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	return nil
 }
 
-// changelogOffsets returns the start, the last stable offset and the high
-// watermark of canon.versions[p]; the high watermark is beyond the last
-// stable offset while a transaction is open.
-func (s *Sequencer) changelogOffsets(ctx context.Context, cl *kgo.Client, p int32) (first, end, high int64, err error) {
+// changelogOffsets returns the last stable offset and the high watermark
+// of canon.versions[p]; the high watermark is beyond the last stable
+// offset while a transaction is open.
+func (s *Sequencer) changelogOffsets(ctx context.Context, cl *kgo.Client, p int32) (end, high int64, err error) {
 	adm := kadm.NewClient(cl)
 	topic := s.cfg.Topics.Versions
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("list start offsets of %s: %w", topic, err)
-	}
 	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+		return 0, 0, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
 	}
 	highs, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
 	}
-	so, ok := starts.Lookup(topic, p)
-	eo, ok2 := ends.Lookup(topic, p)
-	ho, ok3 := highs.Lookup(topic, p)
-	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
-		return 0, 0, 0, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
+	eo, ok := ends.Lookup(topic, p)
+	ho, ok2 := highs.Lookup(topic, p)
+	if !ok || !ok2 || eo.Err != nil || ho.Err != nil {
+		return 0, 0, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(eo.Err, ho.Err))
 	}
-	return so.Offset, eo.Offset, ho.Offset, nil
+	return eo.Offset, ho.Offset, nil
 }
 
 // noteDecided notes, after a restore, the highest offset of p's input
