@@ -182,7 +182,7 @@ func (c *changelogTopics) materialize(st *store.Store, until Until) materialized
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
-		res.err = fmt.Errorf("a Forever run ended with %v, want context.Canceled once stopped", err)
+		res.err = fmt.Errorf("a Forever run ended with %w, want context.Canceled once stopped", err)
 	}
 	return res
 }
