@@ -25,8 +25,9 @@ const MaxErrorBytes = 1024
 // decision made over the overlay and one made after a commit and Reset
 // are byte-identical).
 //
-// A Decider is not safe for concurrent use: a sequencer has one per
-// partition.
+// A Decider is not safe for concurrent use: a sequencer has one, which
+// decides the records of all its partitions, a transaction's batch at a
+// time (Reset when the transaction ends).
 type Decider struct {
 	r      Reader
 	reg    *Registry

@@ -2,9 +2,9 @@ package pipelines
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -31,22 +31,25 @@ func (b BranchRef) String() string { return b.ProjectRef.String() + "@" + b.Bran
 
 // history is what a job read of canon.versions: every version and chunk of
 // the projects it asked for, from the start of their partitions to the
-// last stable offset of the moment it started, applied to an in-memory
-// Pebble store (the same store the sequencer decides against), and the
-// versions kept per branch in changelog order. It can go on following the
-// same partitions (and canon.rejected) for the outcomes of what a job
-// produces, without missing a record in between.
+// end offset of the moment it started, applied to an in-memory Pebble
+// store (the same store the sequencer decides against) by a
+// changelog.Materializer, and the versions kept per branch in changelog
+// order. It can go on following the same partitions (and canon.rejected)
+// for the outcomes of what a job produces, without missing a record in
+// between.
 type history struct {
 	cfg        Config
 	partitions int32
 	projects   map[ProjectRef]int32 // project → its partition
 	store      *store.Store
+	m          *changelog.Materializer
 	tail       *changelog.Tail
 	branches   map[BranchRef][]*schemas.Version // index i is version i+1
 	// order is every version read, in changelog order per partition.
-	order   []*schemas.Version
-	pending map[int32][]store.Record
-	log     *slog.Logger
+	order []*schemas.Version
+	// fresh are the versions the last write to the store added.
+	fresh []*schemas.Version
+	log   *slog.Logger
 	// job is what the job's mutations record of it (see Config.Principal).
 	job *schemas.Job
 }
@@ -62,10 +65,6 @@ const (
 func (h *history) setJob(kind string) {
 	h.job = &schemas.Job{Kind: kind, Principal: h.cfg.Principal, At: time.Now().UnixMilli()}
 }
-
-// applyBatch is how many changelog records are applied to the in-memory
-// store at once.
-const applyBatch = 2000
 
 // readHistory reads the projects' history; with followRejected, the tail
 // also follows canon.rejected from its end, for the outcomes of what the
@@ -94,7 +93,6 @@ func readHistory(ctx context.Context, cfg Config, followRejected bool, projects 
 		partitions: n,
 		projects:   map[ProjectRef]int32{},
 		branches:   map[BranchRef][]*schemas.Version{},
-		pending:    map[int32][]store.Record{},
 		log:        cfg.Log,
 	}
 	var parts []int32
@@ -107,45 +105,13 @@ func readHistory(ctx context.Context, cfg Config, followRejected bool, projects 
 			parts = append(parts, pp)
 		}
 	}
-	starts, err := adm.ListStartOffsets(ctx, cfg.Topics.Versions)
-	if err != nil {
-		return nil, fmt.Errorf("list start offsets of %s: %w", cfg.Topics.Versions, err)
-	}
-	// Read up to the end offsets, not the last stable ones: a sequencer
-	// transaction that has just committed (its EndTxn answered, which is
-	// when its store shows the versions) may not have its commit marker
-	// written yet, and the last stable offset would stop before it. A
-	// transaction still open below the end is waited for: it commits or
-	// aborts within the transaction timeout.
-	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Versions)
-	if err != nil {
-		return nil, fmt.Errorf("list end offsets of %s: %w", cfg.Topics.Versions, err)
-	}
-	end := map[int32]int64{}
-	var total int64
-	for _, p := range parts {
-		s, ok1 := starts.Lookup(cfg.Topics.Versions, p)
-		e, ok2 := ends.Lookup(cfg.Topics.Versions, p)
-		if !ok1 || !ok2 || s.Err != nil || e.Err != nil {
-			return nil, fmt.Errorf("list offsets of %s[%d]: %w", cfg.Topics.Versions, p, errors.Join(s.Err, e.Err))
-		}
-		if s.Offset > 0 {
-			return nil, fmt.Errorf("%s[%d] starts at offset %d: its first records were deleted, so the history is incomplete (Canon's topics need infinite retention)", cfg.Topics.Versions, p, s.Offset)
-		}
-		end[p] = e.Offset
-		total += e.Offset
-	}
 	tcfg := changelog.Config{
 		Kafka:          cfg.Kafka.Aux("changelog"),
 		Topics:         cfg.Topics,
 		Partitions:     parts,
 		PartitionCount: n,
-		Start:          map[int32]int64{},
 		Limits:         cfg.Limits,
 		Log:            cfg.Log,
-	}
-	for _, p := range parts {
-		tcfg.Start[p] = 0
 	}
 	if followRejected {
 		rends, err := adm.ListCommittedOffsets(ctx, cfg.Topics.Rejected)
@@ -162,43 +128,48 @@ func readHistory(ctx context.Context, cfg Config, followRejected bool, projects 
 	if h.store, err = store.Open(store.Config{Dir: "history", FS: vfs.NewMem(), Partitions: n, CacheSize: 8 << 20}); err != nil {
 		return nil, err
 	}
-	if h.tail, err = changelog.New(tcfg); err != nil {
+	// Progress counts offsets read of all the partitions.
+	var total int64
+	done := map[int32]int64{}
+	report := func() {
+		var d int64
+		for _, o := range done {
+			d += o
+		}
+		cfg.Progress(Progress{Phase: "read", Done: d, Total: total})
+	}
+	// Read up to the end offsets, not the last stable ones: a sequencer
+	// transaction that has just committed (its EndTxn answered, which is
+	// when its store shows the versions) may not have its commit marker
+	// written yet, and the last stable offset would stop before it. A
+	// transaction still open below the end is waited for: it commits or
+	// aborts within the transaction timeout.
+	var target map[int32]int64
+	h.m, err = changelog.NewMaterializer(changelog.MaterializerConfig{
+		Tail: tcfg, Sink: historySink{h}, Until: changelog.End, Admin: cl,
+		Hooks: changelog.Hooks{
+			Started: func(_, t map[int32]int64) {
+				target, total = t, 0
+				for _, o := range t {
+					total += o
+				}
+				report()
+			},
+			Applied: func(p int32, next int64, _ int, _ int64) {
+				done[p] = min(next, target[p])
+				report()
+			},
+		},
+	})
+	if err != nil {
 		h.store.Close()
 		return nil, err
 	}
-	caughtUp := func() (done int64, ok bool) {
-		ok = true
-		for _, p := range parts {
-			next, _ := h.tail.Next(cfg.Topics.Versions, p)
-			if next < end[p] {
-				ok = false
-				done += next
-			} else {
-				done += end[p]
-			}
-		}
-		return done, ok
-	}
-	for {
-		done, ok := caughtUp()
-		cfg.Progress(Progress{Phase: "read", Done: done, Total: total})
-		if ok {
-			break
-		}
-		evs, err := h.tail.Poll(ctx)
-		if err != nil {
-			h.Close()
-			return nil, fmt.Errorf("read %s: %w", cfg.Topics.Versions, err)
-		}
-		if _, _, err := h.take(evs); err != nil {
-			h.Close()
-			return nil, err
-		}
-	}
-	if err := h.flush(); err != nil {
+	if err := h.m.Run(ctx); err != nil {
 		h.Close()
 		return nil, err
 	}
+	h.tail = h.m.Tail()
 	return h, nil
 }
 
@@ -223,65 +194,92 @@ func partitionCounts(ctx context.Context, adm *kadm.Client, topics ...string) (m
 
 // Close releases the tail and the in-memory store.
 func (h *history) Close() {
-	h.tail.Close()
+	if h.m != nil {
+		h.m.Close()
+	}
 	h.store.Close()
 }
 
-// take keeps the events of the history's projects: versions and chunks go
-// to the store (in batches) and to the branches; it returns the versions
-// and the rejected records of those projects.
+// take hands events polled from the tail to the materializer, which
+// writes the versions and chunks of the history's projects to the store
+// and the branches; it returns those versions and the rejected records of
+// those projects.
 func (h *history) take(evs []changelog.Event) (versions []*schemas.Version, rejected []changelog.Event, err error) {
+	h.fresh = nil
+	if err := h.m.Take(evs); err != nil {
+		return nil, nil, err
+	}
 	for _, ev := range evs {
-		switch {
-		case ev.Err != nil:
-			h.log.Warn("undecodable changelog record skipped", "topic", ev.Topic, "partition", ev.Partition, "offset", ev.Offset, "err", ev.Err)
-		case ev.Rejected != nil:
+		if ev.Rejected != nil {
 			if m := ev.Rejected.Mutation; m != nil {
 				if _, ok := h.projects[ProjectRef{m.Org, m.Project}]; ok {
 					rejected = append(rejected, ev)
 				}
 			}
-		case ev.Chunk != nil:
-			if _, ok := h.projects[ProjectRef{ev.Chunk.Org, ev.Chunk.Project}]; ok {
-				h.pending[ev.Partition] = append(h.pending[ev.Partition], store.Record{Chunk: ev.Chunk})
-			}
-		case ev.Version != nil:
-			v := ev.Version
-			if _, ok := h.projects[ProjectRef{v.Org, v.Project}]; !ok {
-				continue
-			}
-			b := BranchRef{ProjectRef{v.Org, v.Project}, v.Branch}
-			if v.Version <= uint64(len(h.branches[b])) {
-				continue // the store skips it as well, or refuses a conflict
-			}
-			h.branches[b] = append(h.branches[b], v)
-			h.order = append(h.order, v)
-			h.pending[ev.Partition] = append(h.pending[ev.Partition], store.Record{Version: v})
-			versions = append(versions, v)
 		}
 	}
-	n := 0
-	for _, recs := range h.pending {
-		n += len(recs)
-	}
-	if n >= applyBatch {
-		err = h.flush()
-	}
-	return versions, rejected, err
+	return h.fresh, rejected, nil
 }
 
-// flush applies the pending records to the store.
-func (h *history) flush() error {
-	for p, recs := range h.pending {
-		if len(recs) == 0 {
+// historySink is the history as the materializer's sink: the chunks and
+// new versions of the history's projects go to the in-memory store, and
+// the versions the store took to their branches; other projects' records
+// are dropped.
+type historySink struct{ h *history }
+
+func (s historySink) Offset(p int32) (int64, bool, error) { return s.h.store.Offset(p) }
+
+func (s historySink) Apply(p int32, recs []store.Record, next int64) error {
+	h := s.h
+	keep := make([]store.Record, 0, len(recs))
+	heads := map[BranchRef]uint64{}
+	for _, r := range recs {
+		if c := r.Chunk; c != nil {
+			if _, ok := h.projects[ProjectRef{c.Org, c.Project}]; ok {
+				keep = append(keep, r)
+			}
 			continue
 		}
-		next, _ := h.tail.Next(h.cfg.Topics.Versions, p)
-		if err := h.store.Apply(p, recs, next); err != nil {
-			return fmt.Errorf("apply %s[%d] to the in-memory store: %w", h.cfg.Topics.Versions, p, err)
+		v := r.Version
+		if _, ok := h.projects[ProjectRef{v.Org, v.Project}]; !ok {
+			continue
 		}
-		h.pending[p] = recs[:0]
+		b := BranchRef{ProjectRef{v.Org, v.Project}, v.Branch}
+		head, ok := heads[b]
+		if !ok {
+			head = h.head(b)
+		}
+		if v.Version <= head {
+			continue // the store skips it as well, or refuses a conflict
+		}
+		heads[b] = v.Version
+		keep = append(keep, r)
 	}
+	if err := h.store.Apply(p, keep, next); err != nil {
+		return fmt.Errorf("apply %s[%d] to the in-memory store: %w", h.cfg.Topics.Versions, p, err)
+	}
+	for _, r := range keep {
+		if v := r.Version; v != nil {
+			b := BranchRef{ProjectRef{v.Org, v.Project}, v.Branch}
+			h.branches[b] = append(h.branches[b], v)
+			h.order = append(h.order, v)
+			h.fresh = append(h.fresh, v)
+		}
+	}
+	return nil
+}
+
+func (s historySink) DropPartition(p int32) error {
+	h := s.h
+	if err := h.store.DropPartition(p); err != nil {
+		return err
+	}
+	for b := range h.branches {
+		if h.projects[b.ProjectRef] == p {
+			delete(h.branches, b)
+		}
+	}
+	h.order = slices.DeleteFunc(h.order, func(v *schemas.Version) bool { return h.projects[ProjectRef{v.Org, v.Project}] == p })
 	return nil
 }
 

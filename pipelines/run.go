@@ -262,9 +262,6 @@ func (h *history) produceAndWait(ctx context.Context, target BranchRef, steps []
 			report()
 		}
 	}
-	if err := h.flush(); err != nil {
-		return nil, err
-	}
 	return results, nil
 }
 

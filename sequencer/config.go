@@ -97,7 +97,16 @@ type Config struct {
 	// finds them), and another takes them over after it.
 	SessionTimeout time.Duration
 	// TransactionTimeout is how long the broker lets an open transaction
-	// live before aborting it; default 30s.
+	// live before aborting it; default 30s. It must be at least
+	// SessionTimeout, so that the broker never aborts a transaction of an
+	// instance the group still counts as alive: a stall long enough to
+	// reach the transaction timeout then also ends the instance's session,
+	// and its partitions have moved by the time it learns of the abort.
+	// With a shorter one, a stall between the two (a long GC pause, a slow
+	// disk) would abort the open transaction of an instance that still
+	// owns its partitions: its commit would fail, and it would drop its
+	// session and restore every partition it owns for a pause the group
+	// tolerated.
 	TransactionTimeout time.Duration
 	// RestoreBatch is how many changelog records a restore applies to the
 	// store per write; default 2000.
@@ -189,7 +198,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.TransactionTimeout > 0 && c.SessionTimeout > 0 && c.TransactionTimeout < c.SessionTimeout {
-		errs = append(errs, fmt.Errorf("sequencer: transaction timeout %v is shorter than the session timeout %v", c.TransactionTimeout, c.SessionTimeout))
+		errs = append(errs, fmt.Errorf("sequencer: transaction timeout %v is shorter than the session timeout %v: the broker would abort the transactions of "+
+			"an instance that stalls for less than its session and still owns its partitions; set TransactionTimeout to at least SessionTimeout",
+			c.TransactionTimeout, c.SessionTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	chlog "github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/schemas"
-	"github.com/canon-sync/canon/store"
 )
 
 // restorePending restores every owned partition that needs it. Fetching
@@ -75,16 +75,13 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 // transaction timeout.
 var errOpenTransaction = errors.New("a transaction on the changelog partition has not ended")
 
-// errUnexplained means the changelog cannot explain the local state: the
-// partition's local data is dropped and rebuilt.
-var errUnexplained = errors.New("changelog does not explain the local state")
-
 // restore brings the store's partition p up to the last stable offset of
-// canon.versions[p].
+// canon.versions[p], by changelog's decision table (a store the changelog
+// cannot explain is dropped and rebuilt, never "recovered").
 func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error {
 	start := time.Now()
 	topic := s.cfg.Topics.Versions
-	first, end, high, err := s.changelogOffsets(ctx, cl, p)
+	end, high, err := s.changelogOffsets(ctx, cl, p)
 	if err != nil {
 		return err
 	}
@@ -96,7 +93,7 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 			s.log.Warn("cannot fence the open transaction on the changelog; waiting for it to end", "partition", p, "err", ferr)
 		}
 		if fenced {
-			if first, end, high, err = s.changelogOffsets(ctx, cl, p); err != nil {
+			if end, high, err = s.changelogOffsets(ctx, cl, p); err != nil {
 				return err
 			}
 		}
@@ -106,40 +103,38 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 			errOpenTransaction, topic, p, high, end)
 	}
 
-	from, stored, err := s.cfg.Store.Offset(p)
+	label := partitionLabel(p)
+	defer s.m.restoreLag.WithLabelValues(label).Set(0)
+	var from, to, records, bytes int64
+	// Skipped records are counted once the restore is done: the records a
+	// pass skipped before its partition was dropped are read, and
+	// skipped, again by the rebuild.
+	var skipped float64
+	m, err := chlog.NewMaterializer(chlog.MaterializerConfig{
+		Tail: chlog.Config{Kafka: s.cfg.Kafka.Aux("restore"), Topics: s.cfg.Topics, Partitions: []int32{p},
+			Limits: s.cfg.Limits, Log: s.log},
+		Sink: s.cfg.Store, Until: chlog.LastStable, Batch: s.cfg.RestoreBatch, Admin: cl,
+		Hooks: chlog.Hooks{
+			Started: func(f, t map[int32]int64) {
+				from, to = f[p], t[p]
+				s.m.restoreLag.WithLabelValues(label).Set(float64(to - from))
+			},
+			Applied: func(_ int32, next int64, n int, b int64) {
+				records, bytes = records+int64(n), bytes+b
+				s.m.restoreRecords.Add(float64(n))
+				s.m.restoreBytes.Add(float64(b))
+				s.m.restoreLag.WithLabelValues(label).Set(float64(to - next))
+			},
+			Skipped: func(int32, int64, error) { skipped++ },
+			Dropped: func(int32, error) { skipped = 0 },
+		},
+	})
 	if err != nil {
 		return err
 	}
-	if !stored {
-		from = 0
-	}
-	switch {
-	case from > end:
-		s.log.Warn("store is ahead of the changelog (topic recreated or truncated?): dropping the partition's local state and rebuilding it",
-			"partition", p, "stored_offset", from, "changelog_end", end)
-		if err := s.cfg.Store.DropPartition(p); err != nil {
-			return err
-		}
-		from = first
-	case from < first:
-		// Records the store has not seen were deleted: nothing can
-		// rebuild this partition.
-		return fmt.Errorf("%s[%d] starts at offset %d but the store needs it from %d: records were deleted (retention must be infinite: set retention.ms=-1); the partition cannot be restored",
-			topic, p, first, from)
-	}
-
-	// A record the store cannot apply on top of what it holds means the
-	// local state is wrong (rebuilt from the start), or, when it happens
-	// from the start too, that the record is not a sequencer's: it is
-	// skipped (see replay).
-	n, bytes, err := s.replay(ctx, p, from, end, from == first)
-	if errors.Is(err, errUnexplained) && from > first {
-		s.log.Warn("dropping the partition's local state and rebuilding it from the changelog", "partition", p, "err", err)
-		if derr := s.cfg.Store.DropPartition(p); derr != nil {
-			return derr
-		}
-		n, bytes, err = s.replay(ctx, p, first, end, true)
-	}
+	err = m.Run(ctx)
+	m.Close()
+	s.m.changelogSkipped.Add(skipped)
 	if err != nil {
 		return err
 	}
@@ -149,35 +144,30 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	delete(s.warned, p)
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
-	s.log.Info("partition restored", "partition", p, "from", from, "to", end, "records", n, "bytes", bytes, "took", d)
+	s.log.Info("partition restored", "partition", p, "from", from, "to", to, "records", records, "bytes", bytes, "took", d)
 	return nil
 }
 
-// changelogOffsets returns the start, the last stable offset and the high
-// watermark of canon.versions[p]; the high watermark is beyond the last
-// stable offset while a transaction is open.
-func (s *Sequencer) changelogOffsets(ctx context.Context, cl *kgo.Client, p int32) (first, end, high int64, err error) {
+// changelogOffsets returns the last stable offset and the high watermark
+// of canon.versions[p]; the high watermark is beyond the last stable
+// offset while a transaction is open.
+func (s *Sequencer) changelogOffsets(ctx context.Context, cl *kgo.Client, p int32) (end, high int64, err error) {
 	adm := kadm.NewClient(cl)
 	topic := s.cfg.Topics.Versions
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("list start offsets of %s: %w", topic, err)
-	}
 	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+		return 0, 0, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
 	}
 	highs, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
 	}
-	so, ok := starts.Lookup(topic, p)
-	eo, ok2 := ends.Lookup(topic, p)
-	ho, ok3 := highs.Lookup(topic, p)
-	if !ok || !ok2 || !ok3 || so.Err != nil || eo.Err != nil || ho.Err != nil {
-		return 0, 0, 0, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err, ho.Err))
+	eo, ok := ends.Lookup(topic, p)
+	ho, ok2 := highs.Lookup(topic, p)
+	if !ok || !ok2 || eo.Err != nil || ho.Err != nil {
+		return 0, 0, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(eo.Err, ho.Err))
 	}
-	return so.Offset, eo.Offset, ho.Offset, nil
+	return eo.Offset, ho.Offset, nil
 }
 
 // noteDecided notes, after a restore, the highest offset of p's input
@@ -358,140 +348,4 @@ func (s *Sequencer) lastSource(p int32) (int64, bool, error) {
 		}
 	}
 	return last, found, nil
-}
-
-// replay applies canon.versions[p] from offset `from` up to `end` (the
-// last stable offset) to the store, read_committed, in batches.
-//
-// With skipForeign, the replay starts from the changelog's first record
-// on an empty partition, so a record that does not decode under a schema
-// this build knows, or that the store refuses (a gap, a conflict, a wrong
-// state hash), was not written by a sequencer: someone else produced it
-// to the topic. It is skipped, logged and counted
-// (canon_sequencer_changelog_skipped_total), rather than stalling the
-// partition forever. A record of an unknown schema version still stops
-// the restore: a newer Canon wrote it and this one must be upgraded.
-func (s *Sequencer) replay(ctx context.Context, p int32, from, end int64, skipForeign bool) (records, bytes int64, err error) {
-	label := partitionLabel(p)
-	defer s.m.restoreLag.WithLabelValues(label).Set(0)
-	if from >= end {
-		return 0, 0, nil
-	}
-	opts, err := s.cfg.Kafka.Aux("restore").Opts()
-	if err != nil {
-		return 0, 0, err
-	}
-	cl, err := kgo.NewClient(append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topics.Versions: {p: kgo.NewOffset().At(from)}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Commit markers are returned so that the position is known
-		// exactly: the last stable offset may be a marker.
-		kgo.KeepControlRecords(),
-		kgo.FetchMaxBytes(64<<20),
-	)...)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cl.Close()
-
-	next := from
-	var pending []store.Record
-	var offsets []int64 // of pending
-	flush := func() error {
-		if len(pending) == 0 && next == from {
-			return nil
-		}
-		var err error
-		if skipForeign {
-			err = s.cfg.Store.ApplySkipping(p, pending, offsets, next, func(offset int64, err error) { s.skipForeign(p, offset, err) })
-		} else {
-			err = s.cfg.Store.Apply(p, pending, next)
-		}
-		if err != nil {
-			if store.Refused(err) {
-				return fmt.Errorf("%w: %w", errUnexplained, err)
-			}
-			return err
-		}
-		s.m.restoreRecords.Add(float64(len(pending)))
-		pending, offsets = pending[:0], offsets[:0]
-		return nil
-	}
-	for next < end {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return records, bytes, ctx.Err()
-		}
-		if err := fs.Err0(); err != nil {
-			return records, bytes, fmt.Errorf("read %s[%d] at %d: %w", s.cfg.Topics.Versions, p, next, err)
-		}
-		var ferr error
-		fs.EachRecord(func(r *kgo.Record) {
-			if ferr != nil || r.Offset >= end {
-				return
-			}
-			next = r.Offset + 1
-			if r.Attrs.IsControl() {
-				return
-			}
-			rec, err := s.decodeChangelog(r)
-			if err != nil {
-				if skipForeign && errors.Is(err, errUnexplained) {
-					s.skipForeign(p, r.Offset, err)
-					return
-				}
-				ferr = err
-				return
-			}
-			pending, offsets = append(pending, rec), append(offsets, r.Offset)
-			records++
-			bytes += int64(len(r.Value))
-			s.m.restoreBytes.Add(float64(len(r.Value)))
-			if len(pending) >= s.cfg.RestoreBatch {
-				ferr = flush()
-			}
-		})
-		if ferr != nil {
-			return records, bytes, ferr
-		}
-		s.m.restoreLag.WithLabelValues(label).Set(float64(end - next))
-	}
-	return records, bytes, flush()
-}
-
-// decodeChangelog decodes a canon.versions record for the store. A record
-// of a newer Canon is an error: skipping it would corrupt the state. One
-// that does not decode is errUnexplained: no sequencer wrote it.
-func (s *Sequencer) decodeChangelog(r *kgo.Record) (store.Record, error) {
-	schema := header(r, schemas.HeaderSchema)
-	kind, _, err := schemas.ParseSchema(schema)
-	if errors.Is(err, schemas.ErrNewerSchema) {
-		return store.Record{}, fmt.Errorf("changelog record %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
-	}
-	if err != nil {
-		return store.Record{}, fmt.Errorf("%w: changelog record %s[%d]@%d: %w", errUnexplained, r.Topic, r.Partition, r.Offset, err)
-	}
-	switch kind {
-	case schemas.KindChunk:
-		c, err := schemas.DecodeChunk(schema, header(r, schemas.HeaderChunkHash), r.Key, r.Value, s.cfg.Limits)
-		if err != nil {
-			return store.Record{}, fmt.Errorf("%w: chunk at %s[%d]@%d: %w", errUnexplained, r.Topic, r.Partition, r.Offset, err)
-		}
-		return store.Record{Chunk: c}, nil
-	case schemas.KindVersion:
-		v, err := schemas.DecodeVersion(schema, r.Value, s.cfg.Limits)
-		if err != nil {
-			return store.Record{}, fmt.Errorf("%w: version at %s[%d]@%d: %w", errUnexplained, r.Topic, r.Partition, r.Offset, err)
-		}
-		return store.Record{Version: v}, nil
-	default:
-		return store.Record{}, fmt.Errorf("%w: record of kind %s at %s[%d]@%d in the changelog", errUnexplained, kind, r.Topic, r.Partition, r.Offset)
-	}
-}
-
-// skipForeign reports a changelog record that no sequencer wrote.
-func (s *Sequencer) skipForeign(p int32, offset int64, err error) {
-	s.m.changelogSkipped.Inc()
-	s.log.Error("skipping a record of the changelog that no sequencer wrote: it does not decode or does not follow the versions before it; find out who produces to the topic",
-		"topic", s.cfg.Topics.Versions, "partition", p, "offset", offset, "err", err)
 }

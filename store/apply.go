@@ -795,25 +795,3 @@ func Refused(err error) bool {
 	return errors.Is(err, ErrGap) || errors.Is(err, ErrConflict) || errors.Is(err, ErrStateHash) ||
 		errors.Is(err, ErrInvalid) || errors.Is(err, ErrWrongPartition)
 }
-
-// ApplySkipping is Apply for a reader of the changelog that rebuilds a
-// partition from its first record, where a record the store refuses was
-// not written by a sequencer: when Apply refuses the batch (which then
-// writes nothing), the records are applied one at a time, offsets[i] being
-// the changelog offset of recs[i], and skip is told of each one refused;
-// nextOffset is recorded at the end either way. Other errors are returned.
-func (s *Store) ApplySkipping(partition int32, recs []Record, offsets []int64, nextOffset int64, skip func(offset int64, err error)) error {
-	err := s.Apply(partition, recs, nextOffset)
-	if err == nil || !Refused(err) {
-		return err
-	}
-	for i := range recs {
-		if err := s.Apply(partition, recs[i:i+1], offsets[i]+1); err != nil {
-			if !Refused(err) {
-				return err
-			}
-			skip(offsets[i], err)
-		}
-	}
-	return s.Apply(partition, nil, nextOffset)
-}

@@ -1,8 +1,13 @@
-// Package changelog follows Canon's output topics: it reads canon.versions
-// (and optionally canon.rejected) read_committed, without a consumer
-// group, and hands decoded records to its caller in partition order. The
-// live projector, the producer's ?wait=applied and the tools read the
-// changelog through it.
+// Package changelog reads Canon's output topics: a Tail reads
+// canon.versions (and optionally canon.rejected) read_committed, without a
+// consumer group, and hands decoded records to its caller in partition
+// order; a Materializer brings a store up to date from canon.versions
+// with it, by one decision table and an explicit offset policy.
+//
+// The sequencer's restore, the read replica (readapi) and the jobs'
+// history read (pipelines) materialize through a Materializer; the live
+// projector (projector/live) and the producer's ?wait=applied
+// (producer/watch.go) follow a Tail.
 package changelog
 
 import (
@@ -50,10 +55,12 @@ type Event struct {
 	Offset    int64
 	// Timestamp is the record's Kafka timestamp.
 	Timestamp int64
-	Version   *schemas.Version
-	Chunk     *schemas.Chunk
-	Rejected  *schemas.Rejected
-	Err       error
+	// Size is the length of the record's value.
+	Size     int
+	Version  *schemas.Version
+	Chunk    *schemas.Chunk
+	Rejected *schemas.Rejected
+	Err      error
 }
 
 // Tail follows the changelog. It is not safe for concurrent use.
@@ -79,7 +86,7 @@ func New(cfg Config) (*Tail, error) {
 		}
 	}
 	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
+		cfg.Log = discard
 	}
 	opts, err := cfg.Kafka.Opts()
 	if err != nil {
@@ -129,6 +136,8 @@ func New(cfg Config) (*Tail, error) {
 	return &Tail{cfg: cfg, cl: cl, next: next}, nil
 }
 
+var discard = slog.New(slog.DiscardHandler)
+
 // kafkaFetchMaxWait bounds how long a fetch waits for new records: it is
 // the added latency of a live version at worst when a fetch is in flight.
 const kafkaFetchMaxWait = 100 * time.Millisecond
@@ -177,7 +186,7 @@ func (t *Tail) Poll(ctx context.Context) ([]Event, error) {
 }
 
 func (t *Tail) decode(r *kgo.Record) Event {
-	ev := Event{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli()}
+	ev := Event{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli(), Size: len(r.Value)}
 	var schema, hash string
 	for _, h := range r.Headers {
 		switch h.Key {
@@ -191,18 +200,6 @@ func (t *Tail) decode(r *kgo.Record) Event {
 		ev.Rejected, ev.Err = schemas.DecodeRejected(schema, r.Value, t.cfg.Limits)
 		return ev
 	}
-	kind, _, err := schemas.ParseSchema(schema)
-	if err != nil {
-		ev.Err = err
-		return ev
-	}
-	switch kind {
-	case schemas.KindChunk:
-		ev.Chunk, ev.Err = schemas.DecodeChunk(schema, hash, r.Key, r.Value, t.cfg.Limits)
-	case schemas.KindVersion:
-		ev.Version, ev.Err = schemas.DecodeVersion(schema, r.Value, t.cfg.Limits)
-	default:
-		ev.Err = fmt.Errorf("%w: %q in %s", schemas.ErrUnknownSchema, schema, r.Topic)
-	}
+	ev.Chunk, ev.Version, ev.Err = schemas.DecodeChangelog(schema, hash, r.Key, r.Value, t.cfg.Limits)
 	return ev
 }

@@ -464,18 +464,12 @@ func (p *Projector) handle(ctx context.Context, r *kgo.Record) error {
 			hash = string(h.Value)
 		}
 	}
-	kind, _, err := schemas.ParseSchema(schema)
+	c, v, err := schemas.DecodeChangelog(schema, hash, r.Key, r.Value, p.cfg.Limits)
 	if err != nil {
 		p.reject(r, schema, err)
 		return nil
 	}
-	switch kind {
-	case schemas.KindChunk:
-		c, err := schemas.DecodeChunk(schema, hash, r.Key, r.Value, p.cfg.Limits)
-		if err != nil {
-			p.reject(r, schema, err)
-			return nil
-		}
+	if c != nil {
 		project := c.Org + "/" + c.Project
 		if len(ps.chunks) > 0 && ps.chunkProject != project {
 			// The sequencer writes a version's chunks just before it; chunks
@@ -493,21 +487,12 @@ func (p *Projector) handle(ctx context.Context, r *kgo.Record) error {
 		ps.chunks[c.Hash] = &newChunk{size: int64(len(c.Data))}
 		p.addChunk(c, r.Offset)
 		return nil
-	case schemas.KindVersion:
-		v, err := schemas.DecodeVersion(schema, r.Value, p.cfg.Limits)
-		if err != nil {
-			p.reject(r, schema, err)
-			return nil
-		}
-		if org, project, kerr := schemas.ParseProjectKey(r.Key); kerr != nil || org != v.Org || project != v.Project {
-			p.reject(r, schema, fmt.Errorf("record key %q is not the key of project %s/%s", r.Key, v.Org, v.Project))
-			return nil
-		}
-		return p.project(ctx, r, ps, v)
-	default:
-		p.reject(r, schema, fmt.Errorf("%w: %q is not a record of %s", schemas.ErrUnknownSchema, schema, r.Topic))
+	}
+	if org, project, kerr := schemas.ParseProjectKey(r.Key); kerr != nil || org != v.Org || project != v.Project {
+		p.reject(r, schema, fmt.Errorf("record key %q is not the key of project %s/%s", r.Key, v.Org, v.Project))
 		return nil
 	}
+	return p.project(ctx, r, ps, v)
 }
 
 // project adds the rows of a decoded version.

@@ -1,0 +1,532 @@
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/store"
+)
+
+// Sink is what a Materializer brings up to date: a store.Store, or a
+// reader's own view built on one. Its methods are the store's.
+type Sink interface {
+	// Offset is the next changelog offset of a partition the sink holds;
+	// ok is false when it holds nothing of it.
+	Offset(partition int32) (offset int64, ok bool, err error)
+	// Apply writes records of a partition and its next offset at once;
+	// it refuses (store.Refused) records that do not follow what it holds.
+	Apply(partition int32, recs []store.Record, nextOffset int64) error
+	// DropPartition forgets everything of a partition, its offset too.
+	DropPartition(partition int32) error
+}
+
+// RejectionSink is a Sink that also records the rejections of its
+// partitions' mutations (see MaterializerConfig.Rejections).
+type RejectionSink interface {
+	Sink
+	// PartitionOf is the partition of a project.
+	PartitionOf(org, project string) int32
+	// RejectedOffset is the next offset of canon.rejected[partition] recorded.
+	RejectedOffset(partition int32) (offset int64, ok bool, err error)
+	// RecordRejections records rejections read from canon.rejected[partition]
+	// and the partition's next offset at once.
+	RecordRejections(rejs []*schemas.Rejected, partition int32, nextOffset int64) error
+}
+
+// Until is how far a Materializer reads: the offset policy.
+type Until int
+
+const (
+	// LastStable reads up to the last stable offset of each partition as
+	// of the start, and not beyond, then returns: every transaction
+	// committed by then is in the sink, and a transaction still open is
+	// not waited for (the caller decides what an open one means). The
+	// sequencer's restore.
+	LastStable Until = iota
+	// End reads up to the end offset (high watermark) of each partition
+	// as of the start, then returns: a transaction that has just
+	// committed but whose commit marker is not written yet is waited for,
+	// as is one still open (it ends within the transaction timeout). What
+	// the last poll returned beyond the end is taken too. A job's history.
+	End
+	// Forever follows the changelog until the context ends, writing to the
+	// sink after each poll. Read replicas; they are caught up once at the
+	// last stable offsets of the start (see Hooks.Started).
+	Forever
+)
+
+// DefaultBatch is how many records a Materializer writes to its sink at
+// once when MaterializerConfig.Batch is 0.
+const DefaultBatch = 2000
+
+// MaterializerConfig configures a Materializer.
+type MaterializerConfig struct {
+	// Tail is how the changelog is read; its Partitions are the ones
+	// materialized (nil: all PartitionCount). Its Start and FromStart are
+	// set from the sink; canon.rejected is read as Tail says unless
+	// Rejections is set.
+	Tail Config
+	Sink Sink
+	// Until is the offset policy.
+	Until Until
+	// Batch is the most records written to the sink at once; 0 means
+	// DefaultBatch.
+	Batch int
+	// Rejections also records, in the sink (a RejectionSink), the
+	// rejections of the partitions' mutations read from canon.rejected, all
+	// Tail.RejectedPartitions of it, from the offsets the sink holds.
+	Rejections bool
+	// Admin, when set, lists offsets; otherwise the tail's client does.
+	Admin *kgo.Client
+	Hooks Hooks
+}
+
+// Hooks tell a Materializer's caller what it does; nil ones are not called.
+// They run on the goroutine of Run or Take.
+type Hooks struct {
+	// Started is told, each time reading (re)starts, the offset each
+	// partition is read from and its target: the offset where a bounded
+	// policy stops, the last stable offset at the start with Forever.
+	Started func(from, targets map[int32]int64)
+	// Applied is told that the sink holds a partition up to next, after a
+	// write of records whose values sum to bytes.
+	Applied func(partition int32, next int64, records int, bytes int64)
+	// Skipped is told of a record that no sequencer wrote, after it is
+	// logged: it is not in the sink.
+	Skipped func(partition int32, offset int64, err error)
+	// Dropped is told that a partition was dropped from the sink because
+	// the changelog does not explain it: it is read again from the start.
+	Dropped func(partition int32, err error)
+}
+
+// Errors of a Materializer; a record of a newer schema is reported with
+// schemas.ErrNewerSchema.
+var (
+	// ErrTruncated means the changelog no longer holds records the sink
+	// needs: they were deleted, and nothing can rebuild the partition.
+	ErrTruncated = errors.New("changelog records the store needs were deleted")
+)
+
+// Materializer brings a sink up to date from canon.versions for a set of
+// partitions, from the offsets the sink holds, with one decision table:
+//
+//   - the sink is ahead of the changelog (its offset is beyond the last
+//     stable offset: the topic was recreated): the partition is dropped
+//     and rebuilt from the changelog's first record;
+//   - the changelog is truncated (it starts after the sink's offset, or
+//     after 0 for an empty sink): ErrTruncated, the partition cannot be
+//     materialized;
+//   - a record of a newer schema major: stop with schemas.ErrNewerSchema,
+//     a newer Canon wrote it and this one must be upgraded (skipping it
+//     would corrupt the state);
+//   - a foreign record, which no sequencer wrote (it does not decode, or
+//     the sink refuses it when reading from the first record): skipped,
+//     logged and counted (Hooks.Skipped), rather than stalling the
+//     partition forever;
+//   - a record the sink refuses on top of what it held before: the sink
+//     is wrong, the partition is dropped and rebuilt from the first
+//     record (where a refusal then means a foreign record);
+//   - otherwise records are written in batches with the offset after
+//     them, transaction markers counted, so that the stored offset is
+//     exact.
+//
+// How far it reads is the Until policy. It is not safe for concurrent use.
+type Materializer struct {
+	cfg   MaterializerConfig
+	tail  *Tail
+	parts map[int32]*partState
+	// rejected is the recorded offset per partition of canon.rejected
+	// (with Rejections).
+	rejected map[int32]int64
+}
+
+// partState is a partition's materialization.
+type partState struct {
+	// fromStart: the sink holds nothing but what was read from the
+	// changelog's first record, so a record it refuses is foreign.
+	fromStart bool
+	// applied is the offset the sink holds; target is the offset of the
+	// policy (see Hooks.Started).
+	applied, target int64
+	recs            []store.Record
+	offsets         []int64 // of recs
+	bytes           int64   // of recs
+}
+
+// errRebuild: a partition was dropped to be rebuilt; reading starts over.
+var errRebuild = errors.New("partition dropped for a rebuild")
+
+// NewMaterializer returns a materializer; Run reads.
+func NewMaterializer(cfg MaterializerConfig) (*Materializer, error) {
+	if cfg.Sink == nil {
+		return nil, errors.New("changelog: materializer: no Sink")
+	}
+	if cfg.Tail.Partitions == nil {
+		if cfg.Tail.PartitionCount <= 0 {
+			return nil, errors.New("changelog: materializer: neither Partitions nor PartitionCount set")
+		}
+		for p := range cfg.Tail.PartitionCount {
+			cfg.Tail.Partitions = append(cfg.Tail.Partitions, p)
+		}
+	}
+	if cfg.Rejections {
+		if _, ok := cfg.Sink.(RejectionSink); !ok {
+			return nil, errors.New("changelog: materializer: Rejections needs a RejectionSink")
+		}
+		cfg.Tail.Rejected = true
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Tail.Log == nil {
+		cfg.Tail.Log = discard
+	}
+	return &Materializer{cfg: cfg}, nil
+}
+
+// Run reads the changelog into the sink as the Until policy says: it
+// returns once the targets are reached (LastStable, End), or when ctx
+// ends (Forever: with ctx's error).
+func (m *Materializer) Run(ctx context.Context) error {
+	for {
+		err := m.run(ctx)
+		if !errors.Is(err, errRebuild) {
+			return err
+		}
+	}
+}
+
+// Tail is the tail the materializer reads with, nil before Run or when a
+// LastStable policy had nothing to read. After a bounded Run the caller
+// may go on polling it and hand what it returns to Take.
+func (m *Materializer) Tail() *Tail { return m.tail }
+
+// Close stops the tail.
+func (m *Materializer) Close() {
+	if m.tail != nil {
+		m.tail.Close()
+		m.tail = nil
+	}
+}
+
+// run is one pass: from the sink's offsets to the policy's targets, or
+// until a partition is dropped for a rebuild.
+func (m *Materializer) run(ctx context.Context) error {
+	m.Close()
+	log := m.cfg.Tail.Log
+	topic := m.cfg.Tail.Topics.Versions
+	from := map[int32]int64{}
+	stored := map[int32]bool{}
+	for _, p := range m.cfg.Tail.Partitions {
+		o, ok, err := m.cfg.Sink.Offset(p)
+		if err != nil {
+			return err
+		}
+		from[p], stored[p] = o, ok
+	}
+	if m.cfg.Admin == nil {
+		if err := m.open(from); err != nil {
+			return err
+		}
+	}
+	first, stable, err := m.offsets(ctx)
+	if err != nil {
+		return err
+	}
+	m.parts = map[int32]*partState{}
+	targets := map[int32]int64{}
+	reread := false
+	for _, p := range m.cfg.Tail.Partitions {
+		switch o := from[p]; {
+		case stored[p] && o > stable[p]:
+			log.Warn("store is ahead of the changelog (topic recreated or truncated?): dropping the partition's local state and rebuilding it",
+				"partition", p, "stored_offset", o, "changelog_end", stable[p])
+			if err := m.drop(p, fmt.Errorf("stored offset %d is beyond the last stable offset %d", o, stable[p])); err != nil {
+				return err
+			}
+			from[p], reread = first[p], true
+		case o < first[p]:
+			return fmt.Errorf("%w: %s[%d] starts at offset %d but the store needs it from %d (retention must be infinite: set retention.ms=-1)",
+				ErrTruncated, topic, p, first[p], o)
+		}
+		targets[p] = stable[p]
+		m.parts[p] = &partState{fromStart: from[p] == first[p], applied: from[p], target: stable[p]}
+	}
+	if m.cfg.Until == End {
+		if targets, err = m.ends(ctx); err != nil {
+			return err
+		}
+		for p, ps := range m.parts {
+			ps.target = targets[p]
+		}
+	}
+	if m.cfg.Hooks.Started != nil {
+		m.cfg.Hooks.Started(maps.Clone(from), maps.Clone(targets))
+	}
+	if reread {
+		m.Close() // it reads from the dropped offsets
+	}
+	if m.cfg.Until != Forever && m.reached() {
+		return nil
+	}
+	if m.tail == nil {
+		if err := m.open(from); err != nil {
+			return err
+		}
+	}
+	for m.cfg.Until == Forever || !m.reached() {
+		evs, err := m.tail.Poll(ctx)
+		if err != nil {
+			if m.cfg.Until != Forever {
+				err = fmt.Errorf("read %s: %w", topic, err)
+			}
+			return err
+		}
+		if err := m.Take(evs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// open starts the tail at from, and canon.rejected where the sink holds it.
+func (m *Materializer) open(from map[int32]int64) error {
+	m.Close()
+	tcfg := m.cfg.Tail
+	tcfg.Start, tcfg.FromStart = from, false
+	if m.cfg.Rejections {
+		rs := m.cfg.Sink.(RejectionSink)
+		m.rejected = map[int32]int64{}
+		for rp := range tcfg.RejectedPartitions {
+			o, _, err := rs.RejectedOffset(rp)
+			if err != nil {
+				return err
+			}
+			m.rejected[rp] = o
+		}
+		tcfg.RejectedStart = maps.Clone(m.rejected)
+	}
+	tail, err := New(tcfg)
+	if err != nil {
+		return err
+	}
+	m.tail = tail
+	return nil
+}
+
+// reached reports whether every partition's position is at its target.
+func (m *Materializer) reached() bool {
+	for p, ps := range m.parts {
+		if m.next(p) < ps.target {
+			return false
+		}
+	}
+	return true
+}
+
+// next is the position of partition p: the tail's, or the sink's before
+// the tail read anything; a LastStable policy stops at its target.
+func (m *Materializer) next(p int32) int64 {
+	ps := m.parts[p]
+	next := ps.applied
+	if m.tail != nil {
+		if n, ok := m.tail.Next(m.cfg.Tail.Topics.Versions, p); ok {
+			next = n
+		}
+	}
+	if m.cfg.Until == LastStable {
+		next = min(next, ps.target)
+	}
+	return next
+}
+
+// admin is the client offsets are listed with.
+func (m *Materializer) admin() *kadm.Client {
+	if m.cfg.Admin != nil {
+		return kadm.NewClient(m.cfg.Admin)
+	}
+	return kadm.NewClient(m.tail.Client())
+}
+
+// offsets lists the start and last stable offsets of the partitions. A
+// follower waits for the cluster; the bounded policies return the error.
+func (m *Materializer) offsets(ctx context.Context) (first, stable map[int32]int64, err error) {
+	topic := m.cfg.Tail.Topics.Versions
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var starts, ends kadm.ListedOffsets
+		if starts, err = m.admin().ListStartOffsets(lctx, topic); err != nil {
+			err = fmt.Errorf("list start offsets of %s: %w", topic, err)
+		} else if ends, err = m.admin().ListCommittedOffsets(lctx, topic); err != nil { // last stable offsets
+			err = fmt.Errorf("list last stable offsets of %s: %w", topic, err)
+		}
+		cancel()
+		if err == nil {
+			first, stable = map[int32]int64{}, map[int32]int64{}
+			for _, p := range m.cfg.Tail.Partitions {
+				so, ok := starts.Lookup(topic, p)
+				eo, ok2 := ends.Lookup(topic, p)
+				if !ok || !ok2 || so.Err != nil || eo.Err != nil {
+					return nil, nil, fmt.Errorf("offsets of %s[%d] unavailable: %w", topic, p, errors.Join(so.Err, eo.Err))
+				}
+				first[p], stable[p] = so.Offset, eo.Offset
+			}
+			return first, stable, nil
+		}
+		if m.cfg.Until != Forever || ctx.Err() != nil {
+			return nil, nil, err
+		}
+		m.cfg.Tail.Log.Warn("list the offsets of the changelog; retrying", "topic", topic, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ends lists the end offsets (high watermarks) of the partitions.
+func (m *Materializer) ends(ctx context.Context) (map[int32]int64, error) {
+	topic := m.cfg.Tail.Topics.Versions
+	ends, err := m.admin().ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	for _, p := range m.cfg.Tail.Partitions {
+		o, ok := ends.Lookup(topic, p)
+		if !ok || o.Err != nil {
+			return nil, fmt.Errorf("end offset of %s[%d] unavailable: %w", topic, p, o.Err)
+		}
+		out[p] = o.Offset
+	}
+	return out, nil
+}
+
+// Take applies records the tail polled by the decision table and writes
+// what it took: up to the target with LastStable, everything otherwise.
+// Run calls it; a caller that polls the tail itself after a bounded Run
+// calls it too. A partition dropped for a rebuild is an error there.
+func (m *Materializer) Take(evs []Event) error {
+	topic := m.cfg.Tail.Topics.Versions
+	var rejs map[int32][]*schemas.Rejected
+	for _, ev := range evs {
+		if ev.Topic != topic {
+			if ev.Topic == m.cfg.Tail.Topics.Rejected && m.cfg.Rejections {
+				// Records that do not decode name no mutation to ask for.
+				if r := ev.Rejected; r != nil && r.Mutation != nil && m.parts[m.cfg.Sink.(RejectionSink).PartitionOf(r.Mutation.Org, r.Mutation.Project)] != nil {
+					if rejs == nil {
+						rejs = map[int32][]*schemas.Rejected{}
+					}
+					rejs[ev.Partition] = append(rejs[ev.Partition], r)
+				}
+			}
+			continue
+		}
+		ps := m.parts[ev.Partition]
+		if ps == nil || (m.cfg.Until == LastStable && ev.Offset >= ps.target) {
+			continue
+		}
+		switch {
+		case errors.Is(ev.Err, schemas.ErrNewerSchema):
+			return fmt.Errorf("changelog record %s[%d]@%d: %w", topic, ev.Partition, ev.Offset, ev.Err)
+		case ev.Err != nil:
+			m.skip(ev.Partition, ev.Offset, ev.Err)
+		case ev.Chunk != nil || ev.Version != nil:
+			ps.recs = append(ps.recs, store.Record{Chunk: ev.Chunk, Version: ev.Version})
+			ps.offsets = append(ps.offsets, ev.Offset)
+			ps.bytes += int64(ev.Size)
+			if len(ps.recs) >= m.cfg.Batch {
+				if err := m.write(ev.Partition, ev.Offset+1); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(m.parts)) {
+		next := m.next(p)
+		if m.cfg.Until != Forever && next < m.parts[p].target && len(m.parts[p].recs) < m.cfg.Batch {
+			continue // batched until the target
+		}
+		if err := m.write(p, next); err != nil {
+			return err
+		}
+	}
+	for rp, at := range m.rejected {
+		if next, ok := m.tail.Next(m.cfg.Tail.Topics.Rejected, rp); ok && next > at {
+			if err := m.cfg.Sink.(RejectionSink).RecordRejections(rejs[rp], rp, next); err != nil {
+				return err
+			}
+			m.rejected[rp] = next
+		}
+	}
+	return nil
+}
+
+// write writes partition p's pending records to the sink with the offset
+// after them. A refusal from the first record means foreign records,
+// skipped one by one; otherwise the partition is dropped (errRebuild).
+func (m *Materializer) write(p int32, next int64) error {
+	ps := m.parts[p]
+	if len(ps.recs) == 0 && next <= ps.applied {
+		return nil
+	}
+	err := m.cfg.Sink.Apply(p, ps.recs, next)
+	if err != nil && store.Refused(err) {
+		if !ps.fromStart {
+			m.cfg.Tail.Log.Warn("dropping the partition's local state and rebuilding it from the changelog", "partition", p, "err", err)
+			if derr := m.drop(p, err); derr != nil {
+				return derr
+			}
+			return fmt.Errorf("%w: partition %d: %w", errRebuild, p, err)
+		}
+		// Apply wrote nothing: the records one by one.
+		for i := range ps.recs {
+			if err := m.cfg.Sink.Apply(p, ps.recs[i:i+1], ps.offsets[i]+1); err != nil {
+				if !store.Refused(err) {
+					return err
+				}
+				m.skip(p, ps.offsets[i], err)
+			}
+		}
+		err = m.cfg.Sink.Apply(p, nil, next)
+	}
+	if err != nil {
+		return err
+	}
+	n, bytes := len(ps.recs), ps.bytes
+	ps.recs, ps.offsets, ps.bytes = ps.recs[:0], ps.offsets[:0], 0
+	ps.applied = max(ps.applied, next)
+	if m.cfg.Hooks.Applied != nil {
+		m.cfg.Hooks.Applied(p, next, n, bytes)
+	}
+	return nil
+}
+
+// drop drops partition p from the sink for a rebuild.
+func (m *Materializer) drop(p int32, why error) error {
+	if err := m.cfg.Sink.DropPartition(p); err != nil {
+		return err
+	}
+	if m.cfg.Hooks.Dropped != nil {
+		m.cfg.Hooks.Dropped(p, why)
+	}
+	return nil
+}
+
+// skip reports a changelog record that no sequencer wrote.
+func (m *Materializer) skip(p int32, offset int64, err error) {
+	m.cfg.Tail.Log.Error("skipping a record of the changelog that no sequencer wrote: it does not decode or does not follow the versions before it; find out who produces to the topic",
+		"topic", m.cfg.Tail.Topics.Versions, "partition", p, "offset", offset, "err", err)
+	if m.cfg.Hooks.Skipped != nil {
+		m.cfg.Hooks.Skipped(p, offset, err)
+	}
+}
