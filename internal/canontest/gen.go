@@ -17,14 +17,8 @@ import (
 // Each client edits only its own items, so Gen knows their state and
 // predicts every outcome; a client's ids must follow each other from 1.
 type Gen struct {
-	rng *rand.Rand
-	// LargeOneIn makes one new body in LargeOneIn carry 8-20 KB of
-	// padding; 10 unless set.
-	LargeOneIn int
-	// MaxItems, when set, bounds the items of a client: past it, a new
-	// body goes to an item it has.
-	MaxItems int
-	clients  map[string]*genClient
+	rng     *rand.Rand
+	clients map[string]*genClient
 }
 
 // genItem is what a client knows of one of its own items.
@@ -40,7 +34,7 @@ type genClient struct {
 
 // NewGen returns a generator seeded with seed.
 func NewGen(seed uint64) *Gen {
-	return &Gen{rng: rand.New(rand.NewPCG(seed, 0x5eed)), LargeOneIn: 10, clients: map[string]*genClient{}}
+	return &Gen{rng: rand.New(rand.NewPCG(seed, 0x5eed)), clients: map[string]*genClient{}}
 }
 
 // Next fills in the name and args of m, the next mutation of m.Client on
@@ -64,15 +58,15 @@ func (g *Gen) Next(m *schemas.Mutation) string {
 	r := g.rng.IntN(100)
 	switch {
 	case len(c.items) == 0 || r < 20:
-		// A new item, or a whole new body for an existing one; a few
-		// bodies are large enough for several chunks.
+		// A new item, or a whole new body for an existing one; one in
+		// ten bodies is large enough for several chunks.
 		text := g.Text(5 + g.rng.IntN(30))
 		data := map[string]any{"title": "task " + strconv.FormatUint(id, 10), "text": text, "n": id}
-		if g.rng.IntN(max(g.LargeOneIn, 1)) == 0 {
+		if g.rng.IntN(10) == 0 {
 			data["pad"] = g.Text(8000 + g.rng.IntN(12000))
 		}
 		var it *genItem
-		if len(c.items) < 6 || (g.MaxItems == 0 || len(c.items) < g.MaxItems) && g.rng.IntN(2) == 0 {
+		if len(c.items) < 6 || g.rng.IntN(2) == 0 {
 			c.nextItem++
 			c.items = append(c.items, genItem{id: fmt.Sprintf("%s-%d", m.Client, c.nextItem)})
 			it = &c.items[len(c.items)-1]
