@@ -8,25 +8,22 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/internal/kafka/kafkatest"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
-	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// env is Canon's write path on the real broker: topics of the test's own
-// and a sequencer in this process with its store and registry.
+// env is Canon's write path on the real broker (canontest's stack) and
+// the pipelines' configuration for it.
 type env struct {
+	*canontest.Stack
 	cfg   Config
 	store *store.Store
-	prod  *kgo.Client
 	adm   *kadm.Client
 }
 
@@ -34,42 +31,16 @@ const testPartitions = 2
 
 func newEnv(t testing.TB, reg *model.Registry) *env {
 	t.Helper()
-	brokers, info := kafkatest.Topics(t, testPartitions)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
 	if reg == nil {
 		reg = model.NewRegistry()
 	}
-	e := &env{
-		cfg:  Config{Kafka: kafka.ClientConfig{Brokers: brokers}, Topics: info.Names, Registry: reg},
-		prod: cl,
-		adm:  kadm.NewClient(cl),
+	s := canontest.Start(t, canontest.Options{Partitions: testPartitions, Registry: reg})
+	return &env{
+		Stack: s,
+		cfg:   Config{Kafka: s.Kafka, Topics: s.Topics, Registry: reg},
+		store: s.Store,
+		adm:   kadm.NewClient(s.Client),
 	}
-	if e.store, err = store.Open(store.Config{Dir: t.TempDir(), Partitions: testPartitions}); err != nil {
-		t.Fatal(err)
-	}
-	seq, err := sequencer.New(sequencer.Config{Kafka: e.cfg.Kafka, Topics: info.Names, Store: e.store,
-		Group: info.Names.Mutations + ".seq", Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && sctx.Err() == nil {
-			t.Errorf("sequencer: %v", err)
-		}
-		e.store.Close()
-	})
-	return e
 }
 
 // mut is a mutation of a test's history.
@@ -83,44 +54,22 @@ type mut struct {
 // push writes mutations to canon.mutations as the ingest does, in order.
 func (e *env) push(t testing.TB, ctx context.Context, p ProjectRef, ms ...mut) {
 	t.Helper()
-	recs := make([]*kgo.Record, len(ms))
+	out := make([]*schemas.Mutation, len(ms))
 	for i, m := range ms {
 		branch := m.branch
 		if branch == "" {
 			branch = "main"
 		}
-		val, err := schemas.EncodeMutation(&schemas.Mutation{Org: p.Org, Project: p.Project, Branch: branch,
-			ClientGroup: "g-" + m.client, Client: m.client, ID: m.id, Name: m.name, Args: json.RawMessage(m.args)}, schemas.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs[i] = &kgo.Record{Topic: e.cfg.Topics.Mutations, Key: schemas.ProjectKey(p.Org, p.Project), Value: val,
-			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}}
+		out[i] = &schemas.Mutation{Org: p.Org, Project: p.Project, Branch: branch,
+			ClientGroup: "g-" + m.client, Client: m.client, ID: m.id, Name: m.name, Args: json.RawMessage(m.args)}
 	}
-	if err := e.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	e.Produce(t, ctx, out...)
 }
 
 // waitHead waits until the sequencer's store holds version v of a branch.
 func (e *env) waitHead(t testing.TB, ctx context.Context, b BranchRef, v uint64) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		h, err := e.store.Head(b.Org, b.Project, b.Branch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Version >= v {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: head %d, waited for %d: %v", b, h.Version, v, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	e.WaitHead(t, ctx, b.Org, b.Project, b.Branch, v)
 }
 
 // mutationsEnd is the sum of canon.mutations' end offsets.
@@ -163,8 +112,4 @@ func (e *env) onTarget(t *testing.T, b BranchRef) int {
 	}
 }
 
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t testing.TB) context.Context { return canontest.Context(t, 3*time.Minute) }

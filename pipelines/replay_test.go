@@ -1,15 +1,10 @@
 package pipelines
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
-
-	"github.com/canon-sync/canon/model"
 )
 
 // bigHistory is n mutations of four clients on main over 200 items:
@@ -96,102 +91,5 @@ func TestReplayDeterminism10000(t *testing.T) {
 	}
 	if !rres.Deterministic || rres.Checked != 3000 || rres.From != 3001 || rres.To != 6000 || rres.Skipped != 0 {
 		t.Fatalf("raw: %+v, divergence %+v", rres, rres.Divergence)
-	}
-}
-
-// A mutator that counts its calls decides differently on a replay: the
-// replay reports the first version it made.
-func TestReplayCatchesNondeterministicMutator(t *testing.T) {
-	var calls atomic.Int64
-	reg := model.NewRegistry()
-	if err := reg.Register("note.stamp", func(tx model.Tx, _ json.RawMessage) error {
-		n := calls.Add(1)
-		return tx.Put("notes", "stamp", model.Item{Data: json.RawMessage(fmt.Sprintf(`{"calls":%d}`, n))})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	// note.now writes tx.Now(): deterministic as long as a replay keeps
-	// the records' timestamps.
-	if err := reg.Register("note.now", func(tx model.Tx, _ json.RawMessage) error {
-		return tx.Put("notes", "now", model.Item{Data: json.RawMessage(fmt.Sprintf(`{"at":%d}`, tx.Now().UnixMilli()))})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t)
-	e := newEnv(t, reg)
-	p := ProjectRef{"acme", "stamps"}
-	main := BranchRef{p, "main"}
-	var ms []mut
-	var a, s uint64
-	for v := 1; v <= 200; v++ {
-		if v == 137 || v == 150 {
-			s++
-			ms = append(ms, mut{"", "s", s, "note.stamp", `{}`})
-			continue
-		}
-		if v%10 == 5 {
-			a++
-			ms = append(ms, mut{"", "a", a, "note.now", `{}`})
-			continue
-		}
-		a++
-		ms = append(ms, mut{"", "a", a, "item.put", fmt.Sprintf(`{"collection":"items","id":"i%d","data":{"v":%d}}`, v%17, v)})
-	}
-	e.push(t, ctx, p, ms...)
-	e.waitHead(t, ctx, main, 200)
-
-	check := func(what string, res *ReplayResult, targetVersion uint64) {
-		t.Helper()
-		d := res.Divergence
-		if res.Deterministic || d == nil {
-			t.Fatalf("%s: no divergence found: %+v", what, res)
-		}
-		if d.Version != 137 || d.TargetVersion != targetVersion || d.Mutation.Name != "note.stamp" || d.Mutation.Client != "s" || d.Mutation.ID != 1 ||
-			d.Item == nil || d.Item.Collection != "notes" || d.Item.ID != "stamp" || d.StateHash == d.ReplayedStateHash {
-			t.Errorf("%s: divergence %+v item %+v", what, d, d.Item)
-		}
-	}
-	res, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("in memory", res, 137)
-	if res.Target != "acme/canon-replay@main" {
-		t.Errorf("in memory, the default target is %s", res.Target)
-	}
-	// Through the sequencer, from version 100: the target is made from
-	// main@99, so version 137 of main is version 39 of the target.
-	kres, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, Into: "check"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("through the sequencer", kres, 39)
-	// From the raw log, through the sequencer: the project is alone in
-	// its partition, so version v came from offset v-1.
-	rres, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, Raw: &RawRange{FromOffset: 99, ToOffset: -1}, Into: "raw-check"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rres.From != 100 || rres.To < 200 {
-		t.Errorf("raw range: versions %d-%d, want 100-200 at least", rres.From, rres.To)
-	}
-	check("raw, through the sequencer", rres, 39)
-	// In memory, from version 100 too; the name of the branch made
-	// through the sequencer is refused.
-	if _, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, Into: "check", InMemory: true}); err == nil {
-		t.Error("an in-memory replay into an existing branch: no error")
-	}
-	mres, err := Replay(ctx, e.cfg, ReplayOptions{Source: main, From: 100, InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("in memory from 100", mres, 39)
-	// Up to version 136 the replay agrees.
-	ok, err := Replay(context.Background(), e.cfg, ReplayOptions{Source: main, To: 136, Into: "acme/stamps-ok", InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok.Deterministic || ok.Checked != 136 {
-		t.Errorf("versions 1-136: %+v", ok)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -37,22 +38,6 @@ func (pl *pipeline) push(tok, project, branch, client string, first uint64, ms .
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		pl.t.Fatalf("push to %s: %d", project, resp.StatusCode)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %s after %v", what, state, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -88,17 +73,17 @@ func TestReplicaMatchesSequencer(t *testing.T) {
 		}
 	}
 	seqCaughtUp := func() {
-		waitFor(t, "the sequencer", 2*time.Minute, func() (bool, string) {
+		canontest.WaitFor(t, 2*time.Minute, "the sequencer", func() (bool, error) {
 			for _, project := range projects {
 				h, err := pl.st.Head("acme", project, "main")
 				if err != nil {
-					t.Fatal(err)
+					return false, err
 				}
 				if h.Version != want[project] {
-					return false, fmt.Sprintf("%s at version %d of %d", project, h.Version, want[project])
+					return false, canontest.Pending("%s at version %d of %d", project, h.Version, want[project])
 				}
 			}
-			return true, ""
+			return true, nil
 		})
 	}
 
@@ -128,9 +113,11 @@ func TestReplicaMatchesSequencer(t *testing.T) {
 	}
 	check := func(rep *Replica) {
 		t.Helper()
-		waitFor(t, "replica readiness", time.Minute, func() (bool, string) {
-			err := rep.Ready(context.Background())
-			return err == nil, fmt.Sprint(err)
+		canontest.WaitFor(t, time.Minute, "replica readiness", func() (bool, error) {
+			if err := rep.Ready(context.Background()); err != nil {
+				return false, canontest.Pending("%v", err)
+			}
+			return true, nil
 		})
 		for _, project := range projects {
 			p := rst.PartitionOf("acme", project)
@@ -140,9 +127,12 @@ func TestReplicaMatchesSequencer(t *testing.T) {
 				}
 				continue
 			}
-			waitFor(t, "replica of "+project, time.Minute, func() (bool, string) {
+			canontest.WaitFor(t, time.Minute, "replica of "+project, func() (bool, error) {
 				h, err := rst.Head("acme", project, "main")
-				return err == nil && h.Version == want[project], fmt.Sprintf("version %d of %d (%v)", h.Version, want[project], err)
+				if err == nil && h.Version == want[project] {
+					return true, nil
+				}
+				return false, canontest.Pending("version %d of %d (%v)", h.Version, want[project], err)
 			})
 			vs, err := pl.st.Versions("acme", project, "main", 1, 1000)
 			if err != nil {
@@ -269,12 +259,12 @@ func TestRejectedMutationStatus(t *testing.T) {
 
 	pl.push(tok, "gaps", "main", "g1", 3, `item.put {"collection":"t","id":"a","data":1}`) // a gap: 1 is expected
 	for name, st := range map[string]*store.Store{"sequencer": pl.st, "replica": rst} {
-		waitFor(t, "the rejection in the "+name+"'s store", time.Minute, func() (bool, string) {
+		canontest.WaitFor(t, time.Minute, "the rejection in the "+name+"'s store", func() (bool, error) {
 			rej, ok, err := st.Rejection("acme", "gaps", "main", "g1", 3)
-			if err != nil {
-				t.Fatal(err)
+			if err != nil || ok {
+				return ok, err
 			}
-			return ok, fmt.Sprintf("%+v", rej)
+			return false, canontest.Pending("%+v", rej)
 		})
 		srv, err := New(Config{Store: st, Keys: pl.keys.VerifyOnly()})
 		if err != nil {

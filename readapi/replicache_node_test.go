@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,16 +14,15 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/internal/kafka/kafkatest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/producer"
-	"github.com/canon-sync/canon/sequencer"
-	"github.com/canon-sync/canon/store"
 )
 
 // pipeline is Canon's write and read path in one process over the real
-// broker: producer, sequencer and read API on one HTTP server.
+// broker: canontest's stack with a producer and the read API on one HTTP
+// server.
 type pipeline struct {
 	env
 	names kafka.TopicNames
@@ -34,58 +32,19 @@ type pipeline struct {
 
 func startPipeline(t *testing.T, partitions int32) *pipeline {
 	t.Helper()
-	brokers, info := kafkatest.Topics(t, partitions)
-	kcfg := kafka.ClientConfig{Brokers: brokers}
-
-	st, err := store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions, CacheSize: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq, err := sequencer.New(sequencer.Config{Kafka: kcfg, Topics: info.Names, Store: st, Group: "readapi-" + info.Names.Mutations})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	t.Cleanup(func() {
-		scancel()
-		if err := <-done; err != nil {
-			t.Errorf("sequencer: %v", err)
-		}
-		_ = st.Close()
-	})
-
-	keys := auth.NewKeyset()
-	if err := keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	p, err := producer.New(producer.Config{Kafka: kcfg, Topics: info.Names, Keys: keys.VerifyOnly(),
-		Partitions: partitions, SequencerGroup: "readapi-" + info.Names.Mutations})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, pcancel := context.WithCancel(context.Background())
-	pdone := make(chan error, 1)
-	go func() { pdone <- p.Run(pctx) }()
-	t.Cleanup(func() { pcancel(); <-pdone })
-	for deadline := time.Now().Add(20 * time.Second); p.Ready(pctx) != nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the producer is not ready 20s after Run started: %v", p.Ready(pctx))
-		}
-	}
-	srv, err := New(Config{Store: st, Keys: keys.VerifyOnly()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	p.Mount(mux)
-	srv.Mount(mux)
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
+	var srv *Server
+	s := canontest.Start(t, canontest.Options{Partitions: partitions, StoreCacheSize: 4 << 20,
+		Producer: &producer.Config{Partitions: partitions},
+		Mount: func(s *canontest.Stack, mux *http.ServeMux) {
+			var err error
+			if srv, err = New(Config{Store: s.Store, Keys: s.Keys.VerifyOnly()}); err != nil {
+				t.Fatal(err)
+			}
+			srv.Mount(mux)
+		}})
 	return &pipeline{
-		env:   env{t: t, st: st, keys: keys, srv: srv, api: newAPIClient(t, hs.URL), off: map[int32]int64{}},
-		names: info.Names, kcfg: kcfg, url: hs.URL,
+		env:   env{t: t, st: s.Store, keys: s.Keys, srv: srv, api: newAPIClient(t, s.URL), off: map[int32]int64{}},
+		names: s.Topics, kcfg: s.Kafka, url: s.URL,
 	}
 }
 

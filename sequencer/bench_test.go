@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 // Benchmarks on a real broker (internal/testenv): run them with the test
 // wrapper, or with CANON_TEST_KAFKA_BROKERS set, without -race, e.g.
@@ -28,6 +28,7 @@ import (
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -139,16 +140,16 @@ func consumedRate(b testing.TB, e *topicsEnv, group, topic string, n int64) floa
 func pipe(ctx context.Context, brokers []string, group, in, out string) error {
 	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(brokers...),
 		kgo.ConsumerGroup(group), kgo.ConsumeTopics(in),
-		kgo.TransactionalID(group+"-pipe"), kgo.TransactionTimeout(DefaultTxnTimeout),
+		kgo.TransactionalID(group+"-pipe"), kgo.TransactionTimeout(sequencer.DefaultTxnTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(DefaultLinger), kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
+		kgo.ProducerLinger(sequencer.DefaultLinger), kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
 	for {
-		recs := sess.PollRecords(ctx, DefaultMaxBatchRecords).Records()
+		recs := sess.PollRecords(ctx, sequencer.DefaultMaxBatchRecords).Records()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -174,8 +175,8 @@ func pipe(ctx context.Context, brokers []string, group, in, out string) error {
 			}
 			n += len(recs)
 			recs = nil
-			if n < DefaultMaxBatchRecords && time.Since(start) < DefaultMaxBatchTime && sess.Client().BufferedFetchRecords() > 0 {
-				recs = sess.PollRecords(ctx, DefaultMaxBatchRecords-n).Records()
+			if n < sequencer.DefaultMaxBatchRecords && time.Since(start) < sequencer.DefaultMaxBatchTime && sess.Client().BufferedFetchRecords() > 0 {
+				recs = sess.PollRecords(ctx, sequencer.DefaultMaxBatchRecords-n).Records()
 			}
 		}
 		mu.Lock()
@@ -219,7 +220,7 @@ func BenchmarkSequencerThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	seq, err := New(Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench"}, Topics: e.names,
+	seq, err := sequencer.New(sequencer.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench"}, Topics: e.names,
 		Group: e.prefix + "seq", Store: st})
 	if err != nil {
 		b.Fatal(err)
@@ -233,7 +234,7 @@ func BenchmarkSequencerThroughput(b *testing.B) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	if got := testutil.ToFloat64(seq.m.outcomes.WithLabelValues("applied")); got != float64(b.N) {
+	if got := testutil.ToFloat64(sequencer.MetricsOf(seq).Outcomes.WithLabelValues("applied")); got != float64(b.N) {
 		b.Fatalf("%v mutations applied, want %d", got, b.N)
 	}
 	b.ReportMetric(seqRate, "mut/s")
@@ -260,7 +261,7 @@ func BenchmarkSequencerRestore(b *testing.B) {
 			return err
 		}
 		defer st.Close()
-		seq, err := New(Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench"}, Topics: e.names,
+		seq, err := sequencer.New(sequencer.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench"}, Topics: e.names,
 			Group: e.prefix + "seq", Store: st})
 		if err != nil {
 			return err
@@ -281,27 +282,27 @@ func BenchmarkSequencerRestore(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	seq, err := New(Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench-restore"}, Topics: e.names, Store: st})
+	seq, err := sequencer.New(sequencer.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench-restore"}, Topics: e.names, Store: st})
 	if err != nil {
 		b.Fatal(err)
 	}
 	// What Run reads first: a restore looks for the partition's last
 	// rejection in canon.rejected, by partition count.
-	if err := seq.readPartitionCounts(context.Background()); err != nil {
+	if err := sequencer.ReadPartitionCounts(context.Background(), seq); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	start := time.Now()
 	for p := range int32(parts) {
-		if err := seq.restore(context.Background(), e.cl, p); err != nil {
+		if err := sequencer.Restore(context.Background(), seq, e.cl, p); err != nil {
 			b.Fatal(err)
 		}
 	}
 	took := time.Since(start)
 	b.StopTimer()
-	mb := testutil.ToFloat64(seq.m.restoreBytes) / 1e6
+	mb := testutil.ToFloat64(sequencer.MetricsOf(seq).RestoreBytes) / 1e6
 	b.ReportMetric(mb/took.Seconds(), "MB/s")
 	b.ReportMetric(mb, "MB")
-	b.ReportMetric(testutil.ToFloat64(seq.m.restoreRecords)/took.Seconds(), "rec/s")
+	b.ReportMetric(testutil.ToFloat64(sequencer.MetricsOf(seq).RestoreRecords)/took.Seconds(), "rec/s")
 	b.ReportMetric(0, "ns/op") // one restore of b.N mutations' changelog, not b.N operations
 }

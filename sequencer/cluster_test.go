@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 )
@@ -78,7 +79,7 @@ func checkReplicated(t *testing.T, ctx context.Context, e *topicsEnv) {
 	}
 	set("1")
 	var refused error
-	waitUntil(t, ctx, "EnsureTopics to refuse min.insync.replicas=1 on 3 replicas", func() (bool, error) {
+	canontest.Wait(t, ctx, "EnsureTopics to refuse min.insync.replicas=1 on 3 replicas", func() (bool, error) {
 		refused = ensure()
 		if refused != nil && !errors.Is(refused, kafka.ErrUnsafeTopic) {
 			return false, fmt.Errorf("EnsureTopics: %w, want ErrUnsafeTopic", refused)
@@ -87,7 +88,7 @@ func checkReplicated(t *testing.T, ctx context.Context, e *topicsEnv) {
 	})
 	t.Logf("refused: %v", refused)
 	set("2")
-	waitUntil(t, ctx, "EnsureTopics to take min.insync.replicas=2 again", func() (bool, error) {
+	canontest.Wait(t, ctx, "EnsureTopics to take min.insync.replicas=2 again", func() (bool, error) {
 		err := ensure()
 		if err != nil && !errors.Is(err, kafka.ErrUnsafeTopic) {
 			return false, err
@@ -140,7 +141,7 @@ func TestIntegrationCluster(t *testing.T) {
 	a.Start(ctx)
 	b.Start(ctx)
 	startLoad(t, ctx, g, cl)
-	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && b.owned() > 0, nil })
+	canontest.Wait(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && b.owned() > 0, nil })
 
 	// The leader of most of Canon's partitions dies under load.
 	g.allowUpTo(0.3)
@@ -156,7 +157,7 @@ func TestIntegrationCluster(t *testing.T) {
 	cluster.Node(leader).Kill()
 	before := cl.outcomes()
 	g.allowUpTo(0.5)
-	waitUntil(t, ctx, "decisions with the leader dead", func() (bool, error) { return cl.outcomes() > before+100, nil })
+	canontest.Wait(t, ctx, "decisions with the leader dead", func() (bool, error) { return cl.outcomes() > before+100, nil })
 	if err := cluster.Node(leader).Restart(ctx); err != nil {
 		t.Fatal(err)
 	}

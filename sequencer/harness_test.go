@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 // The harness of the integration tests on a real broker: Canon's topics
 // under a unique prefix, `canon serve --roles sequencer` processes, a load
@@ -8,12 +8,8 @@ package sequencer
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -27,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
@@ -37,37 +34,11 @@ import (
 
 // Timeouts of the failure tests: a session and a transaction timeout short
 // enough that a stopped or killed instance is replaced in seconds (the
-// hidden flags of `canon serve`), and the poll interval of every wait.
+// hidden flags of `canon serve`).
 const (
 	itSessionTimeout = 3 * time.Second
 	itTxnTimeout     = 8 * time.Second
-	itPoll           = 25 * time.Millisecond
 )
-
-// waitUntil polls cond every itPoll until it holds, fails, or ctx ends.
-func waitUntil(t testing.TB, ctx context.Context, what string, cond func() (bool, error)) {
-	t.Helper()
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(itPoll):
-		}
-	}
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // topicsEnv is a set of Canon's topics under a unique prefix, with a
 // client that produces raw records.
@@ -81,14 +52,11 @@ type topicsEnv struct {
 
 func newTopicsEnv(t testing.TB, brokers []string, parts int32) *topicsEnv {
 	t.Helper()
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, t.Name())
-	e := &topicsEnv{brokers: brokers, prefix: fmt.Sprintf("%.60s.%s.", name, randHex(4)), parts: parts}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+	e := &topicsEnv{parts: parts}
+	var info kafka.TopicsInfo
+	e.brokers, e.prefix, info = canontest.Topics(t, brokers, parts)
+	e.names = info.Names
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// A record of 900 KB or 2.5 MB must fit a batch.
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
@@ -98,27 +66,13 @@ func newTopicsEnv(t testing.TB, brokers []string, parts int32) *topicsEnv {
 	}
 	t.Cleanup(cl.Close)
 	e.cl = cl
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{Names: kafka.DefaultTopicNames().WithPrefix(e.prefix), Partitions: parts}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.names = info.Names
 	return e
 }
 
-// mutationRecord is how the ingest produces a mutation: keyed by the
-// project, on Java's partition for that key, with the schema header.
+// mutationRecord is how the ingest produces a mutation.
 func (e *topicsEnv) mutationRecord(t testing.TB, m *schemas.Mutation) *kgo.Record {
 	t.Helper()
-	v, err := schemas.EncodeMutation(m, schemas.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := schemas.ProjectKey(m.Org, m.Project)
-	return &kgo.Record{Topic: e.names.Mutations, Key: key, Value: v, Partition: schemas.Partition(key, e.parts),
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaMutationV1)}}}
+	return canontest.MutationRecord(t, e.names.Mutations, e.parts, m)
 }
 
 // produceSync produces records one after the other; each gets its
@@ -209,7 +163,7 @@ func (p *seqProc) assignments() int {
 // partitions it had as revoked or lost) and owns partitions again.
 func (p *seqProc) waitRejoined(ctx context.Context, before int) {
 	p.t.Helper()
-	waitUntil(p.t, ctx, p.Name()+" joining the group again and owning partitions", func() (bool, error) {
+	canontest.Wait(p.t, ctx, p.Name()+" joining the group again and owning partitions", func() (bool, error) {
 		return p.assignments() > before && p.owned() > 0, nil
 	})
 }
@@ -223,18 +177,7 @@ type mutKey struct {
 	id              uint64
 }
 
-// genItem is what a client knows of one of its own items: it is their
-// only writer, so it can predict every outcome.
-type genItem struct {
-	id      string
-	textLen int
-}
-
-type genClient struct {
-	name, project string
-	items         []genItem
-	nextItem      int
-}
+type genClient struct{ name, project string }
 
 // loadGen produces the mutations of many clients, each bound to one
 // project and sending ids 1..rounds in order. It never runs ahead of what
@@ -244,7 +187,7 @@ type loadGen struct {
 	e       *topicsEnv
 	clients []*genClient
 	window  int64
-	rng     *mrand.Rand
+	gen     *canontest.Gen
 	// rate, when set, paces the generator to this many mutations a
 	// second, so that a long test has load at every moment.
 	rate float64
@@ -262,7 +205,7 @@ type loadGen struct {
 }
 
 func newLoadGen(t *testing.T, e *topicsEnv, projects, clients, rounds int, seed uint64) *loadGen {
-	g := &loadGen{t: t, e: e, rounds: rounds, window: 400, rng: mrand.New(mrand.NewPCG(seed, 0x5eed)),
+	g := &loadGen{t: t, e: e, rounds: rounds, window: 400, gen: canontest.NewGen(seed),
 		expect: map[mutKey]string{}, done: make(chan struct{})}
 	for i := range clients {
 		g.clients = append(g.clients, &genClient{name: fmt.Sprintf("c%03d", i), project: fmt.Sprintf("p%02d", i%projects)})
@@ -297,7 +240,7 @@ func (g *loadGen) allowUpTo(frac float64) {
 func (g *loadGen) waitProduced(ctx context.Context, frac float64) {
 	g.t.Helper()
 	n := int64(frac * float64(g.total()))
-	waitUntil(g.t, ctx, fmt.Sprintf("%d mutations produced", n), func() (bool, error) {
+	canontest.Wait(g.t, ctx, fmt.Sprintf("%d mutations produced", n), func() (bool, error) {
 		g.mu.Lock()
 		err := g.perr
 		g.mu.Unlock()
@@ -339,7 +282,7 @@ func (g *loadGen) run(ctx context.Context, decided func() int64) {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(itPoll):
+				case <-time.After(canontest.Poll):
 				}
 			}
 			m, status := g.next(c, uint64(round))
@@ -367,71 +310,7 @@ func (g *loadGen) run(ctx context.Context, decided func() int64) {
 func (g *loadGen) next(c *genClient, id uint64) (*schemas.Mutation, string) {
 	m := &schemas.Mutation{Org: "acme", Project: c.project, Branch: "main", ClientGroup: "g-" + c.name, Client: c.name,
 		ID: id, TS: time.Now().UnixMilli()}
-	set := func(name string, args any) {
-		b, err := json.Marshal(args)
-		if err != nil {
-			panic(err)
-		}
-		m.Name, m.Args = name, b
-	}
-	r := g.rng.IntN(100)
-	switch {
-	case len(c.items) == 0 || r < 20:
-		// A new item, or a whole new body for an existing one; a few
-		// bodies are large enough for several chunks.
-		text := g.text(5 + g.rng.IntN(30))
-		data := map[string]any{"title": "task " + strconv.FormatUint(id, 10), "text": text, "n": id}
-		if g.rng.IntN(10) == 0 {
-			data["pad"] = g.text(8000 + g.rng.IntN(12000))
-		}
-		var it *genItem
-		if len(c.items) < 6 || g.rng.IntN(2) == 0 {
-			c.nextItem++
-			c.items = append(c.items, genItem{id: fmt.Sprintf("%s-%d", c.name, c.nextItem)})
-			it = &c.items[len(c.items)-1]
-		} else {
-			it = &c.items[g.rng.IntN(len(c.items))]
-		}
-		it.textLen = len(text)
-		set("item.put", map[string]any{"collection": "tasks", "id": it.id, "meta": map[string]any{"owner": c.name}, "data": data})
-	case r < 27:
-		// Deliberately bad: the outcome is an error, and still a version.
-		switch g.rng.IntN(3) {
-		case 0:
-			set("item.patch", map[string]any{"collection": "tasks", "id": c.name + "-missing", "data": map[string]any{"x": 1}})
-		case 1:
-			set("no.such.mutator", map[string]any{"x": 1})
-		default:
-			set("item.put", map[string]any{"collection": "tasks", "id": c.name + "-bad", "data": 1, "typo": true})
-		}
-		return m, schemas.StatusError
-	case r < 50:
-		it := c.items[g.rng.IntN(len(c.items))]
-		set("item.patch", map[string]any{"collection": "tasks", "id": it.id, "data": map[string]any{"n": id, "done": id%2 == 0, "title": nil}})
-	case r < 75:
-		it := &c.items[g.rng.IntN(len(c.items))]
-		index := g.rng.IntN(it.textLen + 1)
-		del := min(g.rng.IntN(4), it.textLen-index)
-		ins := g.text(g.rng.IntN(6))
-		it.textLen += len(ins) - del
-		set("item.splice", map[string]any{"collection": "tasks", "id": it.id, "path": "/text", "index": index, "delete": del, "insert": ins})
-	case r < 80 && len(c.items) > 1:
-		i := g.rng.IntN(len(c.items))
-		set("item.delete", map[string]any{"collection": "tasks", "id": c.items[i].id})
-		c.items = slices.Delete(c.items, i, i+1)
-	default:
-		set("project.set", map[string]any{"s_" + c.name: id})
-	}
-	return m, schemas.StatusApplied
-}
-
-func (g *loadGen) text(n int) string {
-	const letters = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = letters[g.rng.IntN(len(letters))]
-	}
-	return string(b)
+	return m, g.gen.Next(m)
 }
 
 // expected returns what the generator produced and expects.
@@ -460,7 +339,7 @@ func waitAllDecided(t *testing.T, ctx context.Context, g *loadGen, cl *changelog
 	g.allowUpTo(1)
 	g.waitProduced(ctx, 1)
 	n := g.total()
-	waitUntil(t, ctx, fmt.Sprintf("the outcomes of all %d mutations in the changelog", n), func() (bool, error) {
+	canontest.Wait(t, ctx, fmt.Sprintf("the outcomes of all %d mutations in the changelog", n), func() (bool, error) {
 		return cl.outcomes() >= n, nil
 	})
 }
@@ -504,7 +383,7 @@ func followChangelog(t *testing.T, e *topicsEnv) *changelog {
 					return
 				}
 				c.recs[r.Partition] = append(c.recs[r.Partition], r)
-				if header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 {
+				if canontest.Header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 {
 					v, err := schemas.DecodeVersion(schemas.SchemaVersionV1, r.Value, schemas.DefaultLimits())
 					if err != nil {
 						c.err = errors.Join(c.err, fmt.Errorf("version at %d@%d: %w", r.Partition, r.Offset, err))
@@ -538,7 +417,7 @@ func (c *changelog) catchUp(ctx context.Context) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	waitUntil(c.t, ctx, "the changelog read up to its last stable offsets", func() (bool, error) {
+	canontest.Wait(c.t, ctx, "the changelog read up to its last stable offsets", func() (bool, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		caught := true
@@ -600,9 +479,9 @@ func (c *changelog) check(expect map[mutKey]string) *history {
 			if want := schemas.Partition(r.Key, c.e.parts); want != p {
 				fail("record %d@%d keyed %q belongs to partition %d", p, r.Offset, r.Key, want)
 			}
-			switch schema := header(r, schemas.HeaderSchema); schema {
+			switch schema := canontest.Header(r, schemas.HeaderSchema); schema {
 			case schemas.SchemaChunkV1:
-				ch, err := schemas.DecodeChunk(schema, header(r, schemas.HeaderChunkHash), r.Key, r.Value, schemas.DefaultLimits())
+				ch, err := schemas.DecodeChunk(schema, canontest.Header(r, schemas.HeaderChunkHash), r.Key, r.Value, schemas.DefaultLimits())
 				if err != nil {
 					fail("chunk at %d@%d: %v", p, r.Offset, err)
 					continue
@@ -701,7 +580,7 @@ func (c *changelog) recordCount() int {
 // undecodable record, nothing out of order.
 func checkRejectedEmpty(t *testing.T, e *topicsEnv) {
 	t.Helper()
-	for _, r := range readTopic(t, e.brokers, e.names.Rejected) {
+	for _, r := range canontest.ReadTopic(t, e.brokers, e.names.Rejected) {
 		rej, err := schemas.DecodeRejected(schemas.SchemaRejectedV1, r.Value, schemas.DefaultLimits())
 		if err != nil {
 			t.Fatal(err)
@@ -814,7 +693,7 @@ func finishAndCheck(t *testing.T, ctx context.Context, e *topicsEnv, g *loadGen,
 
 func stopAll(t *testing.T, ctx context.Context, ps ...*seqProc) {
 	t.Helper()
-	waitUntil(t, ctx, "every instance ready", func() (bool, error) {
+	canontest.Wait(t, ctx, "every instance ready", func() (bool, error) {
 		for _, p := range ps {
 			if !p.Ready() {
 				return false, nil

@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 // Integration and failure tests of the sequencer on a real Kafka broker
 // (internal/testenv): `canon serve --roles sequencer` processes under
@@ -24,11 +24,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -54,7 +56,7 @@ func TestIntegrationMembershipChurn(t *testing.T) {
 	t.Log("c joins late")
 	c.Start(ctx)
 	g.allowUpTo(0.35)
-	waitUntil(t, ctx, "c owning partitions", func() (bool, error) { return c.owned() > 0, nil })
+	canontest.Wait(t, ctx, "c owning partitions", func() (bool, error) { return c.owned() > 0, nil })
 
 	g.waitProduced(ctx, 0.35)
 	t.Log("b leaves gracefully")
@@ -63,7 +65,7 @@ func TestIntegrationMembershipChurn(t *testing.T) {
 	g.waitProduced(ctx, 0.45)
 	t.Log("b comes back")
 	b.Start(ctx)
-	waitUntil(t, ctx, "b owning partitions again", func() (bool, error) { return b.owned() > 0, nil })
+	canontest.Wait(t, ctx, "b owning partitions again", func() (bool, error) { return b.owned() > 0, nil })
 
 	g.allowUpTo(0.65)
 	g.waitProduced(ctx, 0.6)
@@ -71,7 +73,7 @@ func TestIntegrationMembershipChurn(t *testing.T) {
 	a.Kill()
 	a.Start(ctx)
 	g.allowUpTo(0.8)
-	waitUntil(t, ctx, "a owning partitions again", func() (bool, error) { return a.owned() > 0, nil })
+	canontest.Wait(t, ctx, "a owning partitions again", func() (bool, error) { return a.owned() > 0, nil })
 
 	finishAndCheck(t, ctx, e, g, cl, a, b, c)
 }
@@ -110,7 +112,7 @@ func TestIntegrationBrokerCrash(t *testing.T) {
 	for i, at := range []float64{0.4} {
 		g.allowUpTo(at)
 		g.waitProduced(ctx, at)
-		waitUntil(t, ctx, "the changelog moving", func() (bool, error) { return cl.outcomes() > int64(at*float64(g.total())/2), nil })
+		canontest.Wait(t, ctx, "the changelog moving", func() (bool, error) { return cl.outcomes() > int64(at*float64(g.total())/2), nil })
 		t.Logf("broker killed (%d)", i+1)
 		srv.Kill()
 		g.allowUpTo(at + 0.1) // produced into the client's buffer while the broker is down
@@ -119,7 +121,7 @@ func TestIntegrationBrokerCrash(t *testing.T) {
 		}
 		t.Logf("broker restarted (%d)", i+1)
 		before := cl.outcomes()
-		waitUntil(t, ctx, "decisions after the restart", func() (bool, error) { return cl.outcomes() > before, nil })
+		canontest.Wait(t, ctx, "decisions after the restart", func() (bool, error) { return cl.outcomes() > before, nil })
 	}
 
 	finishAndCheck(t, ctx, e, g, cl, a, b)
@@ -141,7 +143,7 @@ func TestIntegrationZombie(t *testing.T) {
 	a.Start(ctx)
 	z.Start(ctx)
 	startLoad(t, ctx, g, cl)
-	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && z.owned() > 0, nil })
+	canontest.Wait(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && z.owned() > 0, nil })
 
 	g.allowUpTo(0.25)
 	g.waitProduced(ctx, 0.2)
@@ -149,11 +151,11 @@ func TestIntegrationZombie(t *testing.T) {
 	joins := z.assignments()
 	z.Signal(syscall.SIGSTOP)
 	g.allowUpTo(0.45)
-	waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
+	canontest.Wait(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
 	// a decides the new mutations, those of z's partitions included (once
 	// z's open transaction, if any, timed out).
 	g.waitProduced(ctx, 0.45)
-	waitUntil(t, ctx, "a deciding everything produced", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
+	canontest.Wait(t, ctx, "a deciding everything produced", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
 	t.Log("z resumed")
 	z.Signal(syscall.SIGCONT)
 	z.waitRejoined(ctx, joins)
@@ -164,7 +166,7 @@ func TestIntegrationZombie(t *testing.T) {
 		t.Logf("z stopped under load (%d)", i+2)
 		joins := z.assignments()
 		z.Signal(syscall.SIGSTOP)
-		waitUntil(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
+		canontest.Wait(t, ctx, "a owning every partition", func() (bool, error) { return a.owned() == float64(e.parts), nil })
 		t.Logf("z resumed at once (%d)", i+2)
 		z.Signal(syscall.SIGCONT)
 		z.waitRejoined(ctx, joins)
@@ -270,8 +272,8 @@ func TestIntegrationRejected(t *testing.T) {
 
 	// The valid ones are decided, the bad ones rejected with their reason.
 	var rejected []*kgo.Record
-	waitUntil(t, ctx, "every bad record in canon.rejected", func() (bool, error) {
-		rejected = readTopic(t, e.brokers, e.names.Rejected)
+	canontest.Wait(t, ctx, "every bad record in canon.rejected", func() (bool, error) {
+		rejected = canontest.ReadTopic(t, e.brokers, e.names.Rejected)
 		return len(rejected) >= len(cases), nil
 	})
 	byOffset := map[string]*schemas.Rejected{}
@@ -312,7 +314,7 @@ func TestIntegrationRejected(t *testing.T) {
 		expect[mutKey(f)] = schemas.StatusApplied
 	}
 	cl := followChangelog(t, e)
-	waitUntil(t, ctx, "the valid mutations decided", func() (bool, error) { return cl.outcomes() >= int64(len(follows)), nil })
+	canontest.Wait(t, ctx, "the valid mutations decided", func() (bool, error) { return cl.outcomes() >= int64(len(follows)), nil })
 	cl.catchUp(ctx)
 	cl.check(expect)
 	stopAll(t, ctx, seq)
@@ -332,11 +334,11 @@ func TestIntegrationStoreLost(t *testing.T) {
 	a.Start(ctx)
 	b.Start(ctx)
 	startLoad(t, ctx, g, cl)
-	waitUntil(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && b.owned() > 0, nil })
+	canontest.Wait(t, ctx, "both owning partitions", func() (bool, error) { return a.owned() > 0 && b.owned() > 0, nil })
 
 	g.allowUpTo(0.4)
 	g.waitProduced(ctx, 0.4)
-	waitUntil(t, ctx, "b's partitions decided", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
+	canontest.Wait(t, ctx, "b's partitions decided", func() (bool, error) { return cl.outcomes() >= g.acked.Load(), nil })
 	t.Log("b stopped, its store deleted")
 	b.Stop()
 	if err := os.RemoveAll(filepath.Join(b.data, "store")); err != nil {
@@ -346,14 +348,14 @@ func TestIntegrationStoreLost(t *testing.T) {
 	g.waitProduced(ctx, 0.6)
 	t.Log("b restarts with no store")
 	b.Start(ctx)
-	waitUntil(t, ctx, "b owning restored partitions", func() (bool, error) { return b.owned() > 0 && b.Ready(), nil })
+	canontest.Wait(t, ctx, "b owning restored partitions", func() (bool, error) { return b.owned() > 0 && b.Ready(), nil })
 	restored, err := b.Metric("canon_sequencer_restore_records_total")
 	if err != nil || restored == 0 {
 		t.Fatalf("b restored %v changelog records (%v)", restored, err)
 	}
 
 	waitAllDecided(t, ctx, g, cl)
-	waitUntil(t, ctx, "every instance ready", func() (bool, error) { return a.Ready() && b.Ready(), nil })
+	canontest.Wait(t, ctx, "every instance ready", func() (bool, error) { return a.Ready() && b.Ready(), nil })
 	bOwned := b.ownedFromLog()
 	stopAll(t, ctx, a, b)
 	cl.catchUp(ctx)
@@ -397,7 +399,7 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e := newTopicsEnv(t, k.Brokers, 1)
-	group := e.prefix + DefaultGroup
+	group := e.prefix + sequencer.DefaultGroup
 	m1 := &schemas.Mutation{Org: "acme", Project: "doc", Branch: "main", ClientGroup: "g-a", Client: "a", ID: 1,
 		Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":{"by":"a"}}`)}
 	e.produceSync(t, e.mutationRecord(t, m1))
@@ -472,7 +474,7 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	seq, err := New(Config{
+	seq, err := sequencer.New(sequencer.Config{
 		Kafka:          kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-new-owner"},
 		Topics:         e.names,
 		Group:          group,
@@ -491,8 +493,8 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 	// Past its first restore attempt: either it restored (and will decide
 	// over what it restored), or it logged that it waits for the open
 	// transaction (the sequencer's message).
-	waitUntil(t, ctx, "the new owner owning partition 0 and past its first restore attempt", func() (bool, error) {
-		return testutil.ToFloat64(seq.m.ownedPartitions) == 1 &&
+	canontest.Wait(t, ctx, "the new owner owning partition 0 and past its first restore attempt", func() (bool, error) {
+		return testutil.ToFloat64(sequencer.MetricsOf(seq).OwnedPartitions) == 1 &&
 			(seq.Ready(ctx) == nil || logs.count("restore not complete") > 0), nil
 	})
 
@@ -502,7 +504,7 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 	// owner decides m1 itself.
 	close(stall.release)
 	if err := <-ended; err != nil {
-		if testutil.ToFloat64(seq.m.fenced) == 0 {
+		if testutil.ToFloat64(sequencer.MetricsOf(seq).Fenced) == 0 {
 			t.Fatalf("the old owner's transaction failed and the new owner fenced nothing: %v", err)
 		}
 		t.Logf("the new owner fenced the old owner's transaction: %v", err)
@@ -513,10 +515,10 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 		Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t2","data":{"by":"b"}}`)}
 	e.produceSync(t, e.mutationRecord(t, m2))
 	cl := followChangelog(t, e)
-	waitUntil(t, ctx, "both mutations in the changelog", func() (bool, error) { return cl.outcomes() >= 2, nil })
+	canontest.Wait(t, ctx, "both mutations in the changelog", func() (bool, error) { return cl.outcomes() >= 2, nil })
 	cl.catchUp(ctx)
 	cl.check(map[mutKey]string{{"doc", "a", 1}: schemas.StatusApplied, {"doc", "b", 1}: schemas.StatusApplied})
-	waitUntil(t, ctx, "version 2 in the new owner's store", func() (bool, error) {
+	canontest.Wait(t, ctx, "version 2 in the new owner's store", func() (bool, error) {
 		h, err := st.Head("acme", "doc", "main")
 		return h.Version == 2, err
 	})
@@ -608,10 +610,10 @@ func TestIntegrationReadyMeansDeciding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	seq, err := New(Config{
+	seq, err := sequencer.New(sequencer.Config{
 		Kafka:        kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-ready"},
 		Topics:       e.names,
-		Group:        e.prefix + DefaultGroup,
+		Group:        e.prefix + sequencer.DefaultGroup,
 		Store:        st,
 		FetchMaxWait: 10 * time.Minute,
 	})
@@ -627,7 +629,7 @@ func TestIntegrationReadyMeansDeciding(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	}()
-	waitUntil(t, ctx, "the sequencer ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
+	canontest.Wait(t, ctx, "the sequencer ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
 
 	project := ""
 	for i := 0; project == ""; i++ {
@@ -639,19 +641,9 @@ func TestIntegrationReadyMeansDeciding(t *testing.T) {
 	m := &schemas.Mutation{Org: "acme", Project: project, Branch: "main", ClientGroup: "g-a", Client: "a", ID: 1,
 		Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":{}}`)}
 	e.produceSync(t, e.mutationRecord(t, m))
-	for {
+	canontest.Wait(t, ctx, fmt.Sprintf("the decision of a mutation of partition %d produced after Ready (a partition "+
+		"is not fetched until the fetch sent before its restore returns, fetch max wait 10m)", parts-1), func() (bool, error) {
 		h, err := st.Head("acme", project, "main")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Version == 1 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("a mutation of partition %d produced after Ready was not decided: the partition is not fetched "+
-				"until the fetch sent before its restore returns (fetch max wait 10m)", parts-1)
-		case <-time.After(itPoll):
-		}
-	}
+		return h.Version == 1, err
+	})
 }

@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 // The recovery test: how long the partitions of a sequencer killed with a
 // transaction open wait for their next decision, when the same instance
@@ -18,8 +18,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/sequencer"
 )
 
 var recoveryKills = flag.Int("kills", 2, "TestIntegrationKillRecovery: kills of each kind (restart, takeover)")
@@ -30,7 +32,7 @@ var instanceLine = regexp.MustCompile(`component=sequencer instance=(\S+)`)
 func (p *seqProc) instanceID(ctx context.Context) string {
 	p.t.Helper()
 	var id string
-	waitUntil(p.t, ctx, p.Name()+" logging its instance id", func() (bool, error) {
+	canontest.Wait(p.t, ctx, p.Name()+" logging its instance id", func() (bool, error) {
 		m := instanceLine.FindStringSubmatch(p.CurrentLog())
 		if m != nil {
 			id = m[1]
@@ -45,25 +47,24 @@ func (p *seqProc) instanceID(ctx context.Context) string {
 // moment, and the instance's partitions.
 func killInTransaction(t *testing.T, ctx context.Context, adm *kadm.Client, p *seqProc, txnID string) (time.Time, []int32) {
 	t.Helper()
-	for {
+	var at time.Time
+	var owned []int32
+	canontest.Wait(t, ctx, p.Name()+" stopped with a transaction open", func() (bool, error) {
 		p.Signal(syscall.SIGSTOP)
 		d, err := adm.DescribeTransactions(ctx, txnID)
 		if err != nil {
-			t.Fatalf("describe transaction %s: %v", txnID, err)
+			return false, fmt.Errorf("describe transaction %s: %w", txnID, err)
 		}
 		if tx, ok := d[txnID]; ok && tx.Err == nil && tx.State == "Ongoing" {
-			owned := p.ownedFromLog()
-			at := time.Now()
+			owned = p.ownedFromLog()
+			at = time.Now()
 			p.Kill()
-			return at, owned
+			return true, nil
 		}
 		p.Signal(syscall.SIGCONT)
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s never had a transaction open", p.Name())
-		case <-time.After(itPoll):
-		}
-	}
+		return false, nil
+	})
+	return at, owned
 }
 
 // firstDecisions waits until every partition of ps has a version decided
@@ -73,7 +74,7 @@ func killInTransaction(t *testing.T, ctx context.Context, adm *kadm.Client, p *s
 func (c *changelog) firstDecisions(ctx context.Context, ps []int32, at time.Time) (first, all time.Duration) {
 	c.t.Helper()
 	var firsts map[int32]time.Time
-	waitUntil(c.t, ctx, fmt.Sprintf("decisions on partitions %v", ps), func() (bool, error) {
+	canontest.Wait(c.t, ctx, fmt.Sprintf("decisions on partitions %v", ps), func() (bool, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		firsts = map[int32]time.Time{}
@@ -82,7 +83,7 @@ func (c *changelog) firstDecisions(ctx context.Context, ps []int32, at time.Time
 				if r.Timestamp.Before(at) {
 					break
 				}
-				if header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 {
+				if canontest.Header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 {
 					firsts[p] = r.Timestamp
 				}
 			}
@@ -117,11 +118,11 @@ func TestIntegrationKillRecovery(t *testing.T) {
 	b.Start(ctx)
 	g.allowUpTo(1)
 	startLoad(t, ctx, g, cl)
-	waitUntil(t, ctx, "both owning partitions and ready", func() (bool, error) {
+	canontest.Wait(t, ctx, "both owning partitions and ready", func() (bool, error) {
 		return a.owned() > 0 && b.owned() > 0 && a.Ready() && b.Ready(), nil
 	})
 	adm := kadm.NewClient(e.cl)
-	group := e.prefix + DefaultGroup
+	group := e.prefix + sequencer.DefaultGroup
 
 	var restart, takeover [][2]time.Duration
 	for i := range 2 * *recoveryKills {
@@ -143,7 +144,7 @@ func TestIntegrationKillRecovery(t *testing.T) {
 			takeover = append(takeover, [2]time.Duration{first, all})
 			a.Start(ctx)
 		}
-		waitUntil(t, ctx, "both owning partitions and ready", func() (bool, error) {
+		canontest.Wait(t, ctx, "both owning partitions and ready", func() (bool, error) {
 			return a.owned() > 0 && b.owned() > 0 && a.Ready() && b.Ready(), nil
 		})
 	}

@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/sequencer"
 )
 
 // resetOffsets moves the sequencer group's committed input offset of
@@ -21,8 +23,8 @@ func resetOffsets(t *testing.T, ctx context.Context, e *topicsEnv, offset int64)
 	adm := kadm.NewClient(e.cl)
 	var os kadm.Offsets
 	os.Add(kadm.Offset{Topic: e.names.Mutations, Partition: 0, At: offset, LeaderEpoch: -1})
-	waitUntil(t, ctx, fmt.Sprintf("the group empty and its offset moved to %d", offset), func() (bool, error) {
-		resp, err := adm.CommitOffsets(ctx, e.prefix+DefaultGroup, os)
+	canontest.Wait(t, ctx, fmt.Sprintf("the group empty and its offset moved to %d", offset), func() (bool, error) {
+		resp, err := adm.CommitOffsets(ctx, e.prefix+sequencer.DefaultGroup, os)
 		if err == nil {
 			err = resp.Error()
 		}
@@ -67,13 +69,13 @@ func TestIntegrationOffsetResetKeepsHistory(t *testing.T) {
 			e.produceSync(t, e.mutationRecord(t, next))
 			expect[mutKey{"doc", next.Client, next.ID}] = schemas.StatusApplied
 		}
-		waitUntil(t, ctx, "every expected outcome in the changelog", func() (bool, error) {
+		canontest.Wait(t, ctx, "every expected outcome in the changelog", func() (bool, error) {
 			return cl.outcomes() >= int64(len(expect)), nil
 		})
-		waitUntil(t, ctx, p.Name()+" ready", func() (bool, error) { return p.Ready(), nil })
+		canontest.Wait(t, ctx, p.Name()+" ready", func() (bool, error) { return p.Ready(), nil })
 		cl.catchUp(ctx)
 		cl.check(expect)
-		if n := len(readTopic(t, e.brokers, e.names.Rejected)); n != rejected {
+		if n := len(canontest.ReadTopic(t, e.brokers, e.names.Rejected)); n != rejected {
 			t.Fatalf("%d rejected records, want %d", n, rejected)
 		}
 		p.Stop()

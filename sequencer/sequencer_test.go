@@ -1,4 +1,4 @@
-package sequencer
+package sequencer_test
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -77,13 +79,13 @@ func put(org, project, client string, id uint64, item string, data string) *sche
 		ID: id, Name: "item.put", Args: json.RawMessage(args)}
 }
 
-func startSequencer(t *testing.T, ctx context.Context, e *env, dir string) (*Sequencer, *store.Store, chan error) {
+func startSequencer(t *testing.T, ctx context.Context, e *env, dir string) (*sequencer.Sequencer, *store.Store, chan error) {
 	t.Helper()
 	st, err := store.Open(store.Config{Dir: dir, Partitions: e.parts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := New(Config{
+	seq, err := sequencer.New(sequencer.Config{
 		Kafka:          kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-sequencer"},
 		Topics:         e.names,
 		Store:          st,
@@ -95,51 +97,6 @@ func startSequencer(t *testing.T, ctx context.Context, e *env, dir string) (*Seq
 	done := make(chan error, 1)
 	go func() { done <- seq.Run(ctx) }()
 	return seq, st, done
-}
-
-// readTopic reads a whole topic, read_committed, up to its last stable
-// offsets as they are when it is called.
-func readTopic(t *testing.T, brokers []string, topic string) []*kgo.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	var out []*kgo.Record
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			t.Fatalf("read %s: %v (still to read: %v)", topic, err, left)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := left[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-		})
-	}
-	return out
 }
 
 func TestSequencerOutcomesAndRestore(t *testing.T) {
@@ -164,7 +121,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 		ID: 11, Name: "no.such.mutator", Args: json.RawMessage(`{}`)}) // error outcome, still a version
 	e.push(t, put("acme", "roadmap", "alice", 12, "t1", `{"last":true}`))
 
-	waitUntil(t, ctx, "all versions in the store", func() (bool, error) {
+	canontest.Wait(t, ctx, "all versions in the store", func() (bool, error) {
 		h1, err := st.Head("acme", "roadmap", "main")
 		if err != nil {
 			return false, err
@@ -172,16 +129,16 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 		h2, err := st.Head("acme", "budget", "main")
 		return h1.Version == 12 && h2.Version == 10, err
 	})
-	waitUntil(t, ctx, "ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
+	canontest.Wait(t, ctx, "ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
 
 	// The changelog: contiguous versions per project, each mutation once.
 	mem := modeltest.NewMemState()
 	var chunks []schemas.Chunk
 	seen := map[string]uint64{}
-	for _, r := range readTopic(t, e.brokers, e.names.Versions) {
-		switch header(r, schemas.HeaderSchema) {
+	for _, r := range canontest.ReadTopic(t, e.brokers, e.names.Versions) {
+		switch canontest.Header(r, schemas.HeaderSchema) {
 		case schemas.SchemaChunkV1:
-			c, err := schemas.DecodeChunk(schemas.SchemaChunkV1, header(r, schemas.HeaderChunkHash), r.Key, r.Value, schemas.DefaultLimits())
+			c, err := schemas.DecodeChunk(schemas.SchemaChunkV1, canontest.Header(r, schemas.HeaderChunkHash), r.Key, r.Value, schemas.DefaultLimits())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +158,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 			}
 			chunks = nil
 		default:
-			t.Fatalf("unexpected record in the changelog: %q", header(r, schemas.HeaderSchema))
+			t.Fatalf("unexpected record in the changelog: %q", canontest.Header(r, schemas.HeaderSchema))
 		}
 	}
 	if seen["acme/roadmap@main"] != 12 || seen["acme/budget@main"] != 10 {
@@ -215,7 +172,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	// The dead letters: the gap with the expected id, the undecodable
 	// value and the record without a schema.
 	reasons := map[string]int{}
-	for _, r := range readTopic(t, e.brokers, e.names.Rejected) {
+	for _, r := range canontest.ReadTopic(t, e.brokers, e.names.Rejected) {
 		rej, err := schemas.DecodeRejected(schemas.SchemaRejectedV1, r.Value, schemas.DefaultLimits())
 		if err != nil {
 			t.Fatal(err)
@@ -251,13 +208,13 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	seq2, st2, done2 := startSequencer(t, sctx, e, dir2)
 
 	e.push(t, put("acme", "roadmap", "alice", 13, "t2", `{"after":"restore"}`))
-	waitUntil(t, ctx, "version 13 after the restore", func() (bool, error) {
+	canontest.Wait(t, ctx, "version 13 after the restore", func() (bool, error) {
 		h, err := st2.Head("acme", "roadmap", "main")
 		return h.Version == 13, err
 	})
 	// The restore found the group's committed offsets past the changelog's
 	// last source: nothing was reset.
-	if n := testutil.ToFloat64(seq2.m.offsetBehind); n != 0 {
+	if n := testutil.ToFloat64(sequencer.MetricsOf(seq2).OffsetBehind); n != 0 {
 		t.Fatalf("restore reported the input offset behind %v times", n)
 	}
 	h, _ := st2.Head("acme", "budget", "main")
@@ -277,7 +234,7 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	// rejection (the gap, the undecodable record and the one without a
 	// schema would be rejected again), no duplicate counted.
 	adm := kadm.NewClient(e.cl)
-	resp, err := adm.DeleteOffsets(ctx, DefaultGroup, kadm.TopicsSet{e.names.Mutations: {0: {}, 1: {}, 2: {}}})
+	resp, err := adm.DeleteOffsets(ctx, sequencer.DefaultGroup, kadm.TopicsSet{e.names.Mutations: {0: {}, 1: {}, 2: {}}})
 	if err == nil {
 		err = resp.Error()
 	}
@@ -289,28 +246,28 @@ func TestSequencerOutcomesAndRestore(t *testing.T) {
 	seq3, st3, done3 := startSequencer(t, sctx, e, filepath.Join(t.TempDir(), "store3"))
 	defer func() { scancel(); <-done3; st3.Close() }()
 	e.push(t, put("acme", "budget", "bob", 11, "b", `{"after":"reset"}`))
-	waitUntil(t, ctx, "version 11 of budget after the reset", func() (bool, error) {
+	canontest.Wait(t, ctx, "version 11 of budget after the reset", func() (bool, error) {
 		h, err := st3.Head("acme", "budget", "main")
 		return h.Version == 11, err
 	})
-	if n := testutil.ToFloat64(seq3.m.offsetBehind); n == 0 {
+	if n := testutil.ToFloat64(sequencer.MetricsOf(seq3).OffsetBehind); n == 0 {
 		t.Fatal("the restore did not notice the deleted group offsets")
 	}
 	// Every earlier record is skipped: the 17 of roadmap's partition
 	// (alice's 1..13, the resent 5, the gap, the undecodable one, the one
 	// without a schema) and bob's 10 on budget's.
-	waitUntil(t, ctx, "the earlier records skipped", func() (bool, error) {
-		return testutil.ToFloat64(seq3.m.inputSkipped) == 27, nil
+	canontest.Wait(t, ctx, "the earlier records skipped", func() (bool, error) {
+		return testutil.ToFloat64(sequencer.MetricsOf(seq3).InputSkipped) == 27, nil
 	})
-	if n := testutil.ToFloat64(seq3.m.outcomes.WithLabelValues("duplicate")); n != 0 {
+	if n := testutil.ToFloat64(sequencer.MetricsOf(seq3).Outcomes.WithLabelValues("duplicate")); n != 0 {
 		t.Fatalf("%v records decided again as duplicates", n)
 	}
-	if n := len(readTopic(t, e.brokers, e.names.Rejected)); n != 3 {
+	if n := len(canontest.ReadTopic(t, e.brokers, e.names.Rejected)); n != 3 {
 		t.Fatalf("%d rejected records after the reset, want the 3 of before", n)
 	}
 	counts := map[string]int{}
-	for _, r := range readTopic(t, e.brokers, e.names.Versions) {
-		if header(r, schemas.HeaderSchema) != schemas.SchemaVersionV1 {
+	for _, r := range canontest.ReadTopic(t, e.brokers, e.names.Versions) {
+		if canontest.Header(r, schemas.HeaderSchema) != schemas.SchemaVersionV1 {
 			continue
 		}
 		v, err := schemas.DecodeVersion(schemas.SchemaVersionV1, r.Value, schemas.DefaultLimits())
@@ -343,7 +300,7 @@ func TestRestoreSkipsForeignChangelogRecords(t *testing.T) {
 	for i := uint64(1); i <= 3; i++ {
 		e.push(t, put("acme", "roadmap", "alice", i, "t", fmt.Sprintf(`{"n":%d}`, i)))
 	}
-	waitUntil(t, ctx, "version 3", func() (bool, error) {
+	canontest.Wait(t, ctx, "version 3", func() (bool, error) {
 		h, err := st.Head("acme", "roadmap", "main")
 		return h.Version == 3, err
 	})
@@ -378,11 +335,11 @@ func TestRestoreSkipsForeignChangelogRecords(t *testing.T) {
 		seq, st, done := startSequencer(t, sctx, e, d)
 		id := uint64(4 + i)
 		e.push(t, put("acme", "roadmap", "alice", id, "t", `{"after":"foreign"}`))
-		waitUntil(t, ctx, fmt.Sprintf("version %d after the foreign records", id), func() (bool, error) {
+		canontest.Wait(t, ctx, fmt.Sprintf("version %d after the foreign records", id), func() (bool, error) {
 			h, err := st.Head("acme", "roadmap", "main")
 			return h.Version == id, err
 		})
-		if n := testutil.ToFloat64(seq.m.changelogSkipped); n != 2 {
+		if n := testutil.ToFloat64(sequencer.MetricsOf(seq).ChangelogSkipped); n != 2 {
 			t.Errorf("store %d: %v records skipped, want 2", i, n)
 		}
 		if !seq.Serves(part) || !seq.Serves(1-part) {

@@ -76,7 +76,7 @@ func TestClickHouseTLSAndPassword(t *testing.T) {
 			"--clickhouse-user", "canon", "--clickhouse-password-file", pwFile}
 	}
 
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	canon := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, bin, args...)
 		out, err := cmd.CombinedOutput()

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,20 +20,11 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/chserver"
+	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
 )
-
-// buildCanon builds the binary once per test process.
-func buildCanon(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "canon")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 type devProc struct {
 	token   string
@@ -159,27 +150,24 @@ func (p *devProc) stop(t *testing.T) string {
 
 func waitReady(t *testing.T, ctx context.Context, base string) {
 	t.Helper()
-	for {
+	canontest.Wait(t, ctx, base+"/readyz answering ready", func() (bool, error) {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"ready":true`) {
-				return
-			}
+		if err != nil {
+			return false, canontest.Pending("%v", err)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s/readyz never answered ready (last: %v)", base, err)
-		case <-time.After(100 * time.Millisecond):
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"ready":true`) {
+			return true, nil
 		}
-	}
+		return false, canontest.Pending("%d %s", resp.StatusCode, body)
+	})
 }
 
 func TestDevStartsStopsAndReusesData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	data := t.TempDir()
 
 	p := startDev(t, ctx, bin, data)
@@ -342,22 +330,18 @@ func waitHistory(t *testing.T, ctx context.Context, addr string, want uint64) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	var n uint64
-	for {
-		err = conn.QueryRow(ctx, "SELECT count() FROM canon.mutations FINAL WHERE org = 'dev' AND project = 'demo'").Scan(&n)
+	canontest.Wait(t, ctx, fmt.Sprintf("%d mutations of dev/demo in ClickHouse at %s", want, addr), func() (bool, error) {
+		var n uint64
+		err := conn.QueryRow(ctx, "SELECT count() FROM canon.mutations FINAL WHERE org = 'dev' AND project = 'demo'").Scan(&n)
 		if err == nil && n == want {
-			return
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("ClickHouse at %s holds %d mutations of dev/demo, want %d (last error: %v)", addr, n, want, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return false, canontest.Pending("%d (last error: %v)", n, err)
+	})
 }
 
 func TestUnknownRoleIsAUsageError(t *testing.T) {
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	out, err := exec.Command(bin, "serve", "--brokers", "127.0.0.1:1", "--roles", "nope").CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `unknown role "nope"`) {
@@ -366,7 +350,7 @@ func TestUnknownRoleIsAUsageError(t *testing.T) {
 }
 
 func TestEnvironmentSetsFlags(t *testing.T) {
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	cmd := exec.Command(bin, "serve", "--roles", "x")
 	cmd.Env = append(os.Environ(), "CANON_LOG_FORMAT=xml")
 	out, _ := cmd.CombinedOutput()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/client"
+	"github.com/canon-sync/canon/internal/testenv"
 )
 
 // pushN pushes n mutations of client c, one push each, waiting for each
@@ -41,7 +42,7 @@ var logLine = regexp.MustCompile(`^time=\S+ level=`)
 func TestDevBannerWholeAndKafkaQuiet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	p := startDev(t, ctx, bin, t.TempDir())
 	waitReady(t, ctx, p.http)
 	pushN(t, ctx, p, "c", 10)
@@ -86,7 +87,7 @@ func TestDevBannerWholeAndKafkaQuiet(t *testing.T) {
 func TestDevDataIsPrivate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	data := filepath.Join(t.TempDir(), "data")
 	if err := os.Mkdir(data, 0o755); err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestDevDataIsPrivate(t *testing.T) {
 func TestDevBusyKafkaPortAndWriterResumes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	data := t.TempDir()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 )
 
@@ -78,13 +79,7 @@ func TestServeReloadsKeys(t *testing.T) {
 	}
 	waitRefused := func(n *canonNode, what string) {
 		t.Helper()
-		for accepted(n, oldTok) {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s still takes the removed key's token", what)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		canontest.Wait(t, ctx, what+" refusing the removed key's token", func() (bool, error) { return !accepted(n, oldTok), nil })
 	}
 	for _, n := range []*canonNode{polled, hup} {
 		for _, tok := range []string{oldTok, newTok} {

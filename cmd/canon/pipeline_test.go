@@ -17,7 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/pipelines"
 	"github.com/canon-sync/canon/schemas"
@@ -33,19 +33,15 @@ func TestPipelineCommands(t *testing.T) {
 	const n = 2000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := buildCanon(t)
-	k := testenv.NewKafka(t)
-	prefix := k.Topic(t, "cli") + "."
-	brokers := strings.Join(k.Brokers, ",")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	bin := testenv.BuildCanon(t)
+	kbrokers, prefix, _ := canontest.Topics(t, nil, 2)
+	brokers := strings.Join(kbrokers, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kbrokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ConsumeTopics(prefix+schemas.TopicVersions), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{Names: kafka.DefaultTopicNames().WithPrefix(prefix), Partitions: 2, ReplicationFactor: 1}, nil); err != nil {
-		t.Fatal(err)
-	}
 	serve := exec.Command(bin, "serve", "--roles", "sequencer", "--brokers", brokers, "--topic-prefix", prefix,
 		"--topic-partitions", "2", "--data", t.TempDir(), "--http", "127.0.0.1:0", "--log-level", "warn")
 	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -100,22 +96,18 @@ func TestPipelineCommands(t *testing.T) {
 	// head, and it must be deterministic.
 	seen := func(branch string, version uint64) {
 		t.Helper()
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %s version %d: %v", branch, version, ctx.Err())
-			}
+		canontest.Wait(t, ctx, fmt.Sprintf("%s version %d in the changelog", branch, version), func() (bool, error) {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
 			found := false
-			fs.EachRecord(func(r *kgo.Record) {
+			cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
 				v, err := schemas.DecodeVersion(string(r.Headers[0].Value), r.Value, schemas.Limits{})
 				if err == nil && v.Branch == branch && v.Version >= version {
 					found = true
 				}
 			})
-			if found {
-				return
-			}
-		}
+			return found, nil
+		})
 	}
 	seen("feature", n+1)
 	out, err := run("replay", "--branch", "feature", "--in-memory")

@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 )
 
@@ -89,13 +90,7 @@ func startNode(t *testing.T, name string, args ...string) *canonNode {
 	if m == nil {
 		t.Fatalf("%s did not log its HTTP address", name)
 	}
-	for !p.Ready() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s is not ready:\n%s", name, p.CurrentLog())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	canontest.Wait(t, ctx, name+" ready", func() (bool, error) { return p.Ready(), nil })
 	t.Cleanup(p.CheckLog)
 	return &canonNode{CanonProcess: p, base: "http://" + m[1]}
 }
@@ -107,13 +102,7 @@ func startNode(t *testing.T, name string, args ...string) *canonNode {
 func checkReads(t *testing.T, ready, node *canonNode, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for !ready.Ready() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the sequencer is not ready")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	canontest.Wait(t, ctx, "the sequencer ready", func() (bool, error) { return ready.Ready(), nil })
 	hc := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path string, body any, out any) error {
 		var rd io.Reader

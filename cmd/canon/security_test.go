@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/canon-sync/canon/internal/testenv"
 )
 
 // TestSecurityFlagsReachTheClients: the Kafka and ClickHouse security
@@ -12,7 +14,7 @@ import (
 // with an error that names the flag (the connections themselves are
 // tested on a secured broker in internal/kafka).
 func TestSecurityFlagsReachTheClients(t *testing.T) {
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, tc := range []struct {
 		args []string

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/testenv"
 )
 
 func TestTokenKeygenIssueRotate(t *testing.T) {
-	bin := buildCanon(t)
+	bin := testenv.BuildCanon(t)
 	keys := filepath.Join(t.TempDir(), "keys.json")
 	run := func(args ...string) (string, error) {
 		out, err := exec.Command(bin, args...).CombinedOutput()

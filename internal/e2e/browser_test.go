@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,12 +39,7 @@ func startUIServer(t *testing.T, ctx context.Context, pl *pipeline) string {
 // websocket upgrades.
 func startServer(t *testing.T, ctx context.Context, pl *pipeline, cors *httpapi.CORS) string {
 	t.Helper()
-	p, err := producer.New(producer.Config{Kafka: pl.kcfg, Topics: pl.info.Names, Keys: pl.keys.VerifyOnly(),
-		Partitions: pl.info.Partitions, SequencerGroup: pl.group})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runProducer(t, p)
+	p := pl.stack.NewProducer(producer.Config{Partitions: pl.info.Partitions})
 	mux := http.NewServeMux()
 	ra, err := readapi.New(readapi.Config{Store: pl.store, Keys: pl.keys.VerifyOnly()})
 	if err != nil {
@@ -68,18 +62,10 @@ func startServer(t *testing.T, ctx context.Context, pl *pipeline, cors *httpapi.
 	ra.Mount(mux)
 	ws.Mount(mux)
 	ui.Mount(mux)
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- ws.Run(wctx) }()
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("live: %v", err)
-		}
-		srv.Close()
-	})
-	return srv.URL
+	// The HTTP server closes after the live server: Run closes the sockets.
+	url := pl.stack.Serve(h)
+	pl.stack.Go("live", ws.Run)
+	return url
 }
 
 // push pushes mutations over HTTP and waits for their outcomes.
@@ -243,7 +229,7 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 	artifacts := testenv.ArtifactDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 2)
+	pl := startPipeline(t, 2)
 	base := startUIServer(t, ctx, pl)
 	token := pl.token(t, "ann", "*")
 

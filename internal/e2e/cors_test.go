@@ -82,7 +82,7 @@ func TestBrowserAppOfAnotherOrigin(t *testing.T) {
 	chromium := testenv.Chromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 2)
+	pl := startPipeline(t, 2)
 
 	page := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -36,7 +36,7 @@ func BenchmarkIngest(b *testing.B) {
 		pushes  = 25 // per pusher and iteration: 20,000 mutations in all
 	)
 	ctx := context.Background()
-	pl := startPipeline(b, ctx, 6, true) // no sequencer: ingest only
+	pl := startPipeline(b, 6, true) // no sequencer: ingest only
 	url := pl.serveProducer(b, producer.Config{Rate: 1e9, Burst: 1e9})
 	raw, err := kgo.NewClient(kgo.SeedBrokers(pl.kcfg.Brokers...), kgo.DefaultProduceTopic(pl.info.Names.Mutations),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(time.Millisecond), kgo.ProducerBatchMaxBytes(4<<20),

@@ -24,7 +24,7 @@ func TestPushesBecomeVersions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const partitions = 6
-	pl := startPipeline(t, ctx, partitions)
+	pl := startPipeline(t, partitions)
 	st, keys := pl.store, pl.keys
 
 	const (

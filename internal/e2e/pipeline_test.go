@@ -1,25 +1,23 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
-	"github.com/canon-sync/canon/internal/kafka/kafkatest"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/readapi"
-	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
-// pipeline is Canon's write path in this process on the real broker:
-// topics of their own, a sequencer with its store (unless noSequencer),
-// and the producer serving HTTP.
+// pipeline is Canon's write path in this process on the real broker
+// (canontest's stack): topics of their own, a sequencer with its store
+// (unless noSequencer), and the producer serving HTTP.
 type pipeline struct {
+	stack *canontest.Stack
 	kcfg  kafka.ClientConfig
 	info  kafka.TopicsInfo
 	group string
@@ -28,30 +26,12 @@ type pipeline struct {
 	url   string
 }
 
-func startPipeline(t testing.TB, ctx context.Context, partitions int32, noSequencer ...bool) *pipeline {
+func startPipeline(t testing.TB, partitions int32, noSequencer ...bool) *pipeline {
 	t.Helper()
-	brokers, info := kafkatest.Topics(t, partitions)
-	pl := &pipeline{kcfg: kafka.ClientConfig{Brokers: brokers}, info: info, group: "e2e-" + info.Names.Mutations, keys: auth.NewKeyset()}
-	var err error
-	if pl.store, err = store.Open(store.Config{Dir: t.TempDir(), Partitions: partitions}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pl.store.Close() })
-	if err := pl.keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
+	s := canontest.Start(t, canontest.Options{Partitions: partitions, NoSequencer: len(noSequencer) > 0 && noSequencer[0]})
+	pl := &pipeline{stack: s, kcfg: s.Kafka, info: kafka.TopicsInfo{Names: s.Topics, Partitions: partitions},
+		group: s.Group, store: s.Store, keys: s.Keys}
 	pl.url = pl.serveProducer(t, producer.Config{Partitions: partitions})
-	if len(noSequencer) > 0 && noSequencer[0] {
-		return pl
-	}
-	seq, err := sequencer.New(sequencer.Config{Kafka: pl.kcfg, Topics: info.Names, Store: pl.store, Group: pl.group})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	t.Cleanup(func() { scancel(); <-done })
 	return pl
 }
 
@@ -59,14 +39,7 @@ func startPipeline(t testing.TB, ctx context.Context, partitions int32, noSequen
 // sequencer group filled in) and returns its URL.
 func (pl *pipeline) serveProducer(t testing.TB, cfg producer.Config) string {
 	t.Helper()
-	cfg.Kafka, cfg.Topics, cfg.Keys = pl.kcfg, pl.info.Names, pl.keys.VerifyOnly()
-	if cfg.SequencerGroup == "" {
-		cfg.SequencerGroup = pl.group
-	}
-	p, err := producer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := pl.stack.NewProducer(cfg)
 	mux := http.NewServeMux()
 	p.Mount(mux)
 	// The read API on the same address, as canon dev serves it: a
@@ -76,10 +49,7 @@ func (pl *pipeline) serveProducer(t testing.TB, cfg producer.Config) string {
 		t.Fatal(err)
 	}
 	rs.Mount(mux)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	runProducer(t, p)
-	return srv.URL
+	return pl.stack.Serve(mux)
 }
 
 // token issues a write token of principal "user:<user>" for the projects.
@@ -87,29 +57,5 @@ func (pl *pipeline) token(t testing.TB, user string, projects ...string) string 
 	t.Helper()
 	c := auth.Claims{Org: "acme", Projects: projects, Scopes: []string{auth.ScopeWrite, auth.ScopeRead}}
 	c.Subject = "user:" + user
-	tok, err := pl.keys.Issue(c, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
-// runProducer runs p until the test ends and returns once it is ready:
-// it follows the changelog when its Config.Partitions is set.
-func runProducer(t testing.TB, p *producer.Producer) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("producer: %v", err)
-		}
-	})
-	for deadline := time.Now().Add(20 * time.Second); p.Ready(ctx) != nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the producer is not ready 20s after Run started: %v", p.Ready(ctx))
-		}
-	}
+	return pl.stack.Token(t, c, time.Hour)
 }

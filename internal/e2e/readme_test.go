@@ -61,7 +61,7 @@ func TestREADMEWebsocketSnippet(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 2)
+	pl := startPipeline(t, 2)
 	base := startUIServer(t, ctx, pl)
 	token := pl.token(t, "ann", "*")
 	// The README's first push.

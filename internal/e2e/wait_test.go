@@ -23,7 +23,7 @@ import (
 func TestPushWaitsForOutcomes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 3)
+	pl := startPipeline(t, 3)
 	alice := client.New(pl.url, client.WithToken(pl.token(t, "alice", "p1", "p2")))
 
 	w := alice.Writer("acme", "p1", client.WriterConfig{ClientGroup: "ga", Client: "a1"})
@@ -75,7 +75,7 @@ func TestPushWaitsForOutcomes(t *testing.T) {
 func TestClientGroupBinding(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 3)
+	pl := startPipeline(t, 3)
 	alice := client.New(pl.url, client.WithToken(pl.token(t, "alice", "p1")))
 	mallory := client.New(pl.url, client.WithToken(pl.token(t, "mallory", "p1")))
 
@@ -122,7 +122,7 @@ func TestClientGroupBinding(t *testing.T) {
 func TestClientBinding(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 3)
+	pl := startPipeline(t, 3)
 	p1 := client.New(pl.url, client.WithToken(pl.token(t, "p1", "p1")))
 	p2 := client.New(pl.url, client.WithToken(pl.token(t, "p2", "p1")))
 	w1 := p1.Writer("acme", "p1", client.WriterConfig{ClientGroup: "g1", Client: "c1"})
@@ -162,7 +162,7 @@ func TestClientBinding(t *testing.T) {
 func TestPushWaitTimesOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pl := startPipeline(t, ctx, 3, true)
+	pl := startPipeline(t, 3, true)
 	c := client.New(pl.url, client.WithToken(pl.token(t, "alice", "p1")))
 	res, err := c.Push(ctx, "acme", "p1", client.Push{ClientGroup: "g", Mutations: []client.Mutation{
 		{Client: "c", ID: 1, Name: "item.put", Args: json.RawMessage(`{"collection":"tasks","id":"t1","data":1}`)}}},

@@ -20,8 +20,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/changelog"
-	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 	"github.com/canon-sync/canon/wire"
@@ -83,7 +83,7 @@ func newFanout(b *testing.B, projects, subsPerProject, versions int) *fanout {
 		}
 	}
 	f.clients = startClients(b, cfg)
-	waitFor(b, time.Minute, "subscribers", func() bool {
+	canontest.WaitFor(b, time.Minute, "subscribers", func() (bool, error) {
 		f.s.hub.mu.RLock()
 		defer f.s.hub.mu.RUnlock()
 		f.subs = f.subs[:0]
@@ -92,7 +92,7 @@ func newFanout(b *testing.B, projects, subsPerProject, versions int) *fanout {
 				f.subs = append(f.subs, s)
 			}
 		}
-		return len(f.subs) == len(f.project)
+		return len(f.subs) == len(f.project), nil
 	})
 	return f
 }
@@ -371,8 +371,7 @@ func BenchmarkHubPublish(b *testing.B) {
 // measures from the push call to the version message carrying the
 // mutation.
 func BenchmarkPushToWebsocket(b *testing.B) {
-	k := testenv.NewKafka(b)
-	e := newEnv(b, k.Brokers, k.Topic(b, ""), 3, nil)
+	e := newEnv(b, nil, 3, nil)
 	const projects = 10
 	tok := e.token("acme", []string{"*"}, time.Hour, auth.ScopeRead)
 	type key struct {

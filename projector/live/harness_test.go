@@ -15,13 +15,12 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/producer"
-	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 	"github.com/canon-sync/canon/wire"
 )
@@ -33,97 +32,39 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// env is a pipeline in one process: producer, sequencer, store and live
-// servers, on a broker of the test's choosing.
+// env is a pipeline in one process (canontest's stack): producer,
+// sequencer, store and live servers, on a broker of the test's choosing.
 type env struct {
-	t       testing.TB
-	ctx     context.Context
-	kcfg    kafka.ClientConfig
-	topics  kafka.TopicNames
-	parts   int32
-	keys    *auth.Keyset
-	st      *store.Store
-	prod    *producer.Producer
-	live    *Server
-	srv     *httptest.Server
-	cleanup []func()
+	*canontest.Stack
+	t    testing.TB
+	ctx  context.Context
+	kcfg kafka.ClientConfig
+	st   *store.Store
+	prod *producer.Producer
+	live *Server
+	srv  *httptest.Server
+	// lives counts the live servers, which name their Kafka clients.
+	lives int
 }
 
-// newEnv starts the pipeline; prefix makes its topics and group unique.
-func newEnv(t testing.TB, brokers []string, prefix string, parts int32, mod func(*Config)) *env {
+// newEnv starts the pipeline on brokers, nil for testenv's broker.
+func newEnv(t testing.TB, brokers []string, parts int32, mod func(*Config)) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, ctx: ctx, kcfg: kafka.ClientConfig{Brokers: brokers}, parts: parts}
-	e.cleanup = append(e.cleanup, cancel)
-	t.Cleanup(func() {
-		for i := len(e.cleanup) - 1; i >= 0; i-- {
-			e.cleanup[i]()
-		}
-	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	info, err := kafka.EnsureTopics(ctx, cl, kafka.TopicsConfig{
-		Names: kafka.DefaultTopicNames().WithPrefix(prefix + "."), Partitions: parts, ReplicationFactor: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.topics = info.Names
-	if e.st, err = store.Open(store.Config{Dir: t.TempDir(), Partitions: parts}); err != nil {
-		t.Fatal(err)
-	}
-	e.cleanup = append(e.cleanup, func() { _ = e.st.Close() })
-
-	seq, err := sequencer.New(sequencer.Config{Kafka: e.kcfg, Topics: e.topics, Store: e.st, Group: prefix + "-seq"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.goRun("sequencer", seq.Run)
-
-	e.keys = auth.NewKeyset()
-	if err := e.keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	if e.prod, err = producer.New(producer.Config{Kafka: e.kcfg, Topics: e.topics, Keys: e.keys.VerifyOnly(),
-		Rate: 1e6, Burst: 1e6}); err != nil {
-		t.Fatal(err)
-	}
-	e.cleanup = append(e.cleanup, e.prod.Close)
+	s := canontest.Start(t, canontest.Options{Brokers: brokers, Partitions: parts,
+		Producer: &producer.Config{Rate: 1e6, Burst: 1e6}})
+	e := &env{Stack: s, t: t, ctx: s.Ctx, kcfg: s.Kafka, st: s.Store, prod: s.Producer}
 	e.live, e.srv = e.startLive(e.st, mod)
 	return e
 }
 
 // openStore opens another store, closed after everything that uses it.
-func (e *env) openStore() *store.Store {
-	e.t.Helper()
-	st, err := store.Open(store.Config{Dir: e.t.TempDir(), Partitions: e.parts})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.cleanup = append(e.cleanup, func() { _ = st.Close() })
-	return st
-}
-
-// goRun runs a component until the env is cleaned up, failing the test if
-// it stops with an error.
-func (e *env) goRun(name string, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	e.cleanup = append(e.cleanup, func() {
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("%s: %v", name, err)
-		}
-	})
-}
+func (e *env) openStore() *store.Store { return e.OpenStore(0) }
 
 // startLive starts a live server on st and an HTTP server for it.
 func (e *env) startLive(st *store.Store, mod func(*Config)) (*Server, *httptest.Server) {
 	e.t.Helper()
-	cfg := Config{Store: st, Kafka: e.kcfg.Aux(fmt.Sprintf("live%d", len(e.cleanup))), Topics: e.topics, Keys: e.keys.VerifyOnly(),
+	e.lives++
+	cfg := Config{Store: st, Kafka: e.kcfg.Aux(fmt.Sprintf("live%d", e.lives)), Topics: e.Topics, Keys: e.Keys.VerifyOnly(),
 		Pusher: e.prod, Registerer: prometheus.NewRegistry(), PingInterval: time.Second, PongWait: 5 * time.Second}
 	if mod != nil {
 		mod(&cfg)
@@ -136,9 +77,9 @@ func (e *env) startLive(st *store.Store, mod func(*Config)) (*Server, *httptest.
 	s.Mount(mux)
 	srv := httptest.NewServer(mux)
 	// The HTTP server closes after the live server: Run closes the sockets.
-	e.cleanup = append(e.cleanup, srv.Close)
-	e.goRun("live", s.Run)
-	waitFor(e.t, 30*time.Second, "live server ready", func() bool { return s.Ready(e.ctx) == nil })
+	e.Defer(srv.Close)
+	e.Go("live", s.Run)
+	canontest.WaitFor(e.t, 30*time.Second, "live server ready", func() (bool, error) { return s.Ready(e.ctx) == nil, nil })
 	return s, srv
 }
 
@@ -146,11 +87,7 @@ func (e *env) token(org string, projects []string, ttl time.Duration, scopes ...
 	e.t.Helper()
 	c := auth.Claims{Org: org, Projects: projects, Scopes: scopes}
 	c.Subject = "user:" + strings.Join(projects, ",") + ":" + strings.Join(scopes, ",")
-	tok, err := e.keys.Issue(c, ttl, time.Now())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return tok
+	return e.Token(e.t, c, ttl)
 }
 
 // push writes mutations as principal through the producer's Go API.
@@ -172,24 +109,7 @@ func (e *env) push(org, project, client string, ids ...uint64) error {
 // waitHead waits until the store's head of a branch is at least v.
 func (e *env) waitHead(org, project, branch string, v uint64) {
 	e.t.Helper()
-	waitFor(e.t, 2*time.Minute, fmt.Sprintf("%s/%s@%s at version %d", org, project, branch, v), func() bool {
-		h, err := e.st.Head(org, project, branch)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		return h.Version >= v
-	})
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	canontest.WaitHead(e.t, canontest.Context(e.t, 2*time.Minute), e.st, org, project, branch, v)
 }
 
 // client is a websocket client of the tests.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/store"
@@ -91,11 +92,11 @@ func (g *gate) wait(ctx context.Context) error {
 // startReplica materializes st from canon.versions, as a read replica
 // does, applying nothing while g is closed.
 func (e *env) startReplica(st *store.Store, g *gate) {
-	tail, err := changelog.New(changelog.Config{Kafka: e.kcfg.Aux("replica"), Topics: e.topics, PartitionCount: e.parts, FromStart: true})
+	tail, err := changelog.New(changelog.Config{Kafka: e.kcfg.Aux("replica"), Topics: e.Topics, PartitionCount: e.Partitions, FromStart: true})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.goRun("replica", func(ctx context.Context) error {
+	e.Go("replica", func(ctx context.Context) error {
 		defer tail.Close()
 		for {
 			evs, err := tail.Poll(ctx)
@@ -132,7 +133,7 @@ func newEmbeddedEnv(t *testing.T, parts int32) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(emb.Close)
-	return newEnv(t, emb.Brokers(), "emb", parts, nil)
+	return newEnv(t, emb.Brokers(), parts, nil)
 }
 
 // A server whose store lags the changelog (a read replica) holds a
@@ -157,14 +158,14 @@ func TestStoreLag(t *testing.T) {
 	}
 	e.waitHead("acme", "lag", "main", first)
 	p := replica.PartitionOf("acme", "lag")
-	waitFor(t, time.Minute, "the hub to read the first versions", func() bool { return lagging.hub.next[p].Load() > 0 })
+	canontest.WaitFor(t, time.Minute, "the hub to read the first versions", func() (bool, error) { return lagging.hub.next[p].Load() > 0, nil })
 
 	tok := e.token("acme", []string{"lag"}, time.Hour, auth.ScopeRead)
 	// The store holds nothing yet: the subscription waits, and new
 	// versions keep coming while the replica catches up.
 	var pushes sync.WaitGroup
 	pushes.Go(func() {
-		waitFor(t, time.Minute, "the subscription", func() bool { return testutil.ToFloat64(lagging.m.subscribers) == 1 })
+		canontest.WaitFor(t, time.Minute, "the subscription", func() (bool, error) { return testutil.ToFloat64(lagging.m.subscribers) == 1, nil })
 		for id := uint64(first + 1); id <= total; id++ {
 			if id == first+5 {
 				g.Open()
@@ -194,7 +195,7 @@ func TestStoreBehindCloses(t *testing.T) {
 	if err := e.push("acme", "behind", "c1", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the hub to read the version", func() bool { return behind.hub.next[0].Load() > 0 })
+	canontest.WaitFor(t, time.Minute, "the hub to read the version", func() (bool, error) { return behind.hub.next[0].Load() > 0, nil })
 	tok := e.token("acme", []string{"behind"}, time.Hour, auth.ScopeRead)
 	c, err := dial(t, srv, "acme", "behind", "from=0", bearer(tok), nil)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/canon-sync/canon/internal/auth"
-	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/wire"
 )
@@ -26,8 +26,7 @@ import (
 // The websocket on the real broker, with the producer, sequencer and store
 // in-process. The subtests share one pipeline and use their own projects.
 func TestLive(t *testing.T) {
-	k := testenv.NewKafka(t)
-	e := newEnv(t, k.Brokers, k.Topic(t, ""), 3, nil)
+	e := newEnv(t, nil, 3, nil)
 
 	t.Run("every subscriber gets every version once in order", func(t *testing.T) { testConcurrentPushes(t, e) })
 	t.Run("slow consumer", func(t *testing.T) { testSlowConsumer(t, e) })
@@ -123,8 +122,8 @@ func testConcurrentPushes(t *testing.T, e *env) {
 	}
 	// Let the early subscribers say hello before the first push, so that
 	// the live-only one starts at 0.
-	waitFor(t, time.Minute, "12 subscribers", func() bool {
-		return testutil.ToFloat64(e.live.m.subscribers) == projects*4
+	canontest.WaitFor(t, time.Minute, "12 subscribers", func() (bool, error) {
+		return testutil.ToFloat64(e.live.m.subscribers) == projects*4, nil
 	})
 
 	var pushers sync.WaitGroup
@@ -264,7 +263,7 @@ func testAuth(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired, err := e.keys.Issue(c, time.Second, time.Now().Add(-time.Hour))
+	expired, err := e.Keys.Issue(c, time.Second, time.Now().Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +311,7 @@ func testAuth(t *testing.T, e *env) {
 	}
 	// A token that expires closes an open socket with 4001.
 	c.Projects = []string{"authp"}
-	short, err := e.keys.Issue(c, 2*time.Second, time.Now())
+	short, err := e.Keys.Issue(c, 2*time.Second, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +429,7 @@ func testPush(t *testing.T, e *env) {
 			t.Fatalf("unexpected %s", m.raw)
 		}
 	}
-	wantPart := schemas.Partition(schemas.ProjectKey("acme", "pushp"), e.parts)
+	wantPart := schemas.Partition(schemas.ProjectKey("acme", "pushp"), e.Partitions)
 	if pushed.RequestID != "r1" || len(pushed.Mutations) != 2 || pushed.Mutations[1].ID != 2 ||
 		pushed.Mutations[0].Partition != wantPart || pushed.Mutations[1].Offset != pushed.Mutations[0].Offset+1 {
 		t.Fatalf("pushed %+v", pushed)
