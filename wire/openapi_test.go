@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/canon-sync/canon/internal/schematest"
 )
 
 // described are the wire types that docs/openapi.yaml describes, with the
@@ -46,6 +48,32 @@ var optionalInput = map[string]string{
 	"PushMutation.args": "absent args are null",
 }
 
+// openAPIDocs is doc as plain JSON for schematest: it keeps each $ref.
+// A json.RawMessage member must be described as any JSON: $ref JSON.
+func openAPIDocs(t *testing.T, doc *openapi3.T) *schematest.Docs {
+	t.Helper()
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain map[string]any
+	if err := json.Unmarshal(b, &plain); err != nil {
+		t.Fatal(err)
+	}
+	return &schematest.Docs{Files: map[string]map[string]any{"": plain}, Describes: "docs/openapi.yaml",
+		Optional: optionalInput, RawJSON: func(node map[string]any) bool {
+			if ref, ok := node["$ref"].(string); ok {
+				return strings.HasSuffix(ref, "/JSON")
+			}
+			all, _ := node["allOf"].([]any)
+			if len(all) != 1 {
+				return false
+			}
+			ref, _ := all[0].(map[string]any)["$ref"].(string)
+			return strings.HasSuffix(ref, "/JSON")
+		}}
+}
+
 func loadOpenAPI(t *testing.T) *openapi3.T {
 	t.Helper()
 	doc, err := openapi3.NewLoader().LoadFromFile(filepath.Join("..", "docs", "openapi.yaml"))
@@ -60,13 +88,15 @@ func loadOpenAPI(t *testing.T) *openapi3.T {
 // same JSON types, at every depth, both ways.
 func TestTypesMatchOpenAPI(t *testing.T) {
 	doc := loadOpenAPI(t)
+	docs := openAPIDocs(t, doc)
+	schemas := docs.Files[""]["components"].(map[string]any)["schemas"].(map[string]any)
 	for _, d := range described {
-		ref := doc.Components.Schemas[d.schema]
+		ref, _ := schemas[d.schema].(map[string]any)
 		if ref == nil {
 			t.Errorf("docs/openapi.yaml has no schema %s for wire.%T", d.schema, d.value)
 			continue
 		}
-		compareSchema(t, d.schema, reflect.TypeOf(d.value), ref)
+		docs.Compare(t, d.schema, reflect.TypeOf(d.value), "", ref)
 	}
 	// Every Websocket* schema describes a wire type.
 	for name := range doc.Components.Schemas {
@@ -77,116 +107,6 @@ func TestTypesMatchOpenAPI(t *testing.T) {
 			return d.schema == name
 		}) {
 			t.Errorf("docs/openapi.yaml's %s describes no wire type (add it to described)", name)
-		}
-	}
-}
-
-// member is a JSON member of a Go struct.
-type member struct {
-	typ       reflect.Type
-	omitempty bool
-}
-
-// members lists the JSON members of struct type t as encoding/json
-// writes them, embedded structs' members included.
-func members(t reflect.Type) map[string]member {
-	out := map[string]member{}
-	for f := range t.Fields() {
-		tag := f.Tag.Get("json")
-		if tag == "-" || !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
-			for n, m := range members(f.Type) {
-				out[n] = m
-			}
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = member{typ: f.Type, omitempty: slices.Contains(strings.Split(opts, ","), "omitempty")}
-	}
-	return out
-}
-
-var rawMessage = reflect.TypeFor[json.RawMessage]()
-
-// compareSchema reports where Go type typ and the schema at path differ.
-func compareSchema(t *testing.T, path string, typ reflect.Type, ref *openapi3.SchemaRef) {
-	t.Helper()
-	for typ.Kind() == reflect.Pointer {
-		typ = typ.Elem()
-	}
-	s := ref.Value
-	if typ == rawMessage {
-		anyJSON := strings.HasSuffix(ref.Ref, "/JSON") || len(s.AllOf) == 1 && strings.HasSuffix(s.AllOf[0].Ref, "/JSON")
-		if !anyJSON {
-			t.Errorf("%s: any JSON (json.RawMessage) in Go, %v in docs/openapi.yaml: use $ref JSON", path, s.Type)
-		}
-		return
-	}
-	want := ""
-	switch typ.Kind() {
-	case reflect.String:
-		want = openapi3.TypeString
-	case reflect.Bool:
-		want = openapi3.TypeBoolean
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		want = openapi3.TypeInteger
-	case reflect.Float32, reflect.Float64:
-		want = openapi3.TypeNumber
-	case reflect.Slice, reflect.Array:
-		want = openapi3.TypeArray
-	case reflect.Map, reflect.Struct:
-		want = openapi3.TypeObject
-	default:
-		t.Errorf("%s: Go type %v has no JSON type", path, typ)
-		return
-	}
-	if !s.Type.Is(want) {
-		t.Errorf("%s: %s in Go (%v), %v in docs/openapi.yaml", path, want, typ, s.Type.Slice())
-		return
-	}
-	switch typ.Kind() {
-	case reflect.Slice, reflect.Array:
-		if s.Items == nil {
-			t.Errorf("%s: an array without items in docs/openapi.yaml", path)
-			return
-		}
-		compareSchema(t, path+"[]", typ.Elem(), s.Items)
-	case reflect.Map:
-		if s.AdditionalProperties.Schema == nil {
-			t.Errorf("%s: a map in Go, an object without additionalProperties in docs/openapi.yaml", path)
-			return
-		}
-		compareSchema(t, path+"{}", typ.Elem(), s.AdditionalProperties.Schema)
-	case reflect.Struct:
-		ms := members(typ)
-		for name, m := range ms {
-			at := path + "." + name
-			p := s.Properties[name]
-			if p == nil {
-				t.Errorf("%s: a member of %v, not in docs/openapi.yaml", at, typ)
-				continue
-			}
-			required := slices.Contains(s.Required, name)
-			if _, ok := optionalInput[typ.Name()+"."+name]; !ok && required == m.omitempty {
-				t.Errorf("%s: omitempty %v in Go, required %v in docs/openapi.yaml", at, m.omitempty, required)
-			}
-			compareSchema(t, at, m.typ, p)
-		}
-		for name := range s.Properties {
-			if _, ok := ms[name]; !ok {
-				t.Errorf("%s.%s: in docs/openapi.yaml, not a member of %v", path, name, typ)
-			}
-		}
-		for _, name := range s.Required {
-			if _, ok := ms[name]; !ok {
-				t.Errorf("%s.%s: required in docs/openapi.yaml, not a member of %v", path, name, typ)
-			}
 		}
 	}
 }
