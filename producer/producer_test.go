@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/wire"
 )
@@ -477,24 +477,6 @@ func TestAuthorizationHeader(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination that goroutines may share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // When Kafka does not take the mutations, the 503 names a request id and
 // not Kafka's error, which names the brokers; the log has the error under
 // that id.
@@ -505,7 +487,7 @@ func TestUnavailableHidesKafkaErrors(t *testing.T) {
 	}
 	gone := ln.Addr().String() // a broker that refuses connections
 	_ = ln.Close()
-	var logged lockedBuffer
+	var logged testenv.LogBuffer
 	f := newFixture(t, []string{gone}, kafka.DefaultTopicNames(), func(c *Config) {
 		c.ProduceTimeout = time.Second
 		c.Log = slog.New(slog.NewJSONHandler(&logged, nil))

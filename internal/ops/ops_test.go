@@ -2,7 +2,6 @@ package ops
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,36 +11,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/canon-sync/canon/internal/testenv"
 )
-
-// lockedBuffer is a log destination for concurrent checks.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // /readyz answers anyone: it names the check that is not ready, and the
 // request id under which the log has why, but not the error, which names
 // brokers.
 func TestReadyzHidesErrors(t *testing.T) {
-	var logged lockedBuffer
+	var logged testenv.LogBuffer
 	ready := NewReadiness()
 	ready.Add("kafka", func(context.Context) error {
 		return errors.New("brokers [10.0.0.7:9092] do not answer: dial tcp 10.0.0.7:9092: connection refused")
