@@ -349,12 +349,15 @@ class ProjectView {
   }
 
   async loadBranches(sel) {
+    // Answers may arrive out of order; only the latest request's is shown.
+    const seq = (this.branchesSeq = (this.branchesSeq ?? 0) + 1);
     let branches;
     try {
       branches = (await api.branches(this.org, this.project)).branches;
     } catch {
       return; // the select keeps this branch; the page shows the API's errors elsewhere
     }
+    if (seq !== this.branchesSeq) return;
     const opts = branches.map((b) => h("option", { value: b.name, selected: b.name === this.branch }, `${b.name} (v${b.version})`));
     if (!branches.some((b) => b.name === this.branch)) {
       opts.unshift(h("option", { value: this.branch, selected: true }, `${this.branch} (no version yet)`));
@@ -379,6 +382,10 @@ class ProjectView {
       st = emptyState(); // a new project: its first edit creates main
     }
     this.state = st;
+    // The list read when the page was drawn may predate this branch's
+    // first version (a branch just created): read it again now that the
+    // page shows a version, which a later version message would not do.
+    if (st.version > 0) this.loadBranches(this.branchSel);
     if (st.version > 0) {
       try {
         const page = await api.versions(this.org, this.project, this.branch, Math.max(1, st.version - 29), 30);
