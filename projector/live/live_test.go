@@ -441,23 +441,7 @@ func testPush(t *testing.T, e *env) {
 
 	// A gap: id 5 after 2.
 	send(`{"type":"push","requestId":"r2","clientGroup":"g1","mutations":[{"client":"c1","id":5,"name":"item.put","args":{"collection":"c","id":"a","data":2}}]}`)
-	var rejected wire.RejectedMessage
-	for sawPushed := false; !sawPushed || rejected.Type == ""; {
-		m, err := c.next(time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch m.Type {
-		case wire.TypePushed:
-			sawPushed = true
-		case wire.TypeRejected:
-			if err := json.Unmarshal(m.raw, &rejected); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatalf("unexpected %s", m.raw)
-		}
-	}
+	rejected := pushedThenRejected(t, c)
 	if rejected.Reason != schemas.ReasonGap || rejected.ExpectedID != 3 || rejected.Client != "c1" || rejected.ID != 5 || rejected.Branch != "main" {
 		t.Fatalf("rejected %+v", rejected)
 	}
@@ -465,23 +449,7 @@ func testPush(t *testing.T, e *env) {
 	// Client c1 belongs to group g1: pushed in g2 (by the same principal,
 	// here), the sequencer rejects it as unauthorized.
 	send(`{"type":"push","requestId":"r2b","clientGroup":"g2","mutations":[{"client":"c1","id":3,"name":"item.put","args":{"collection":"c","id":"a","data":3}}]}`)
-	rejected = wire.RejectedMessage{}
-	for sawPushed := false; !sawPushed || rejected.Type == ""; {
-		m, err := c.next(time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch m.Type {
-		case wire.TypePushed:
-			sawPushed = true
-		case wire.TypeRejected:
-			if err := json.Unmarshal(m.raw, &rejected); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatalf("unexpected %s", m.raw)
-		}
-	}
+	rejected = pushedThenRejected(t, c)
 	if rejected.Reason != schemas.ReasonUnauthorized || rejected.Client != "c1" || rejected.ID != 3 || !strings.Contains(rejected.Message, "client group g1") {
 		t.Fatalf("c1 in another group: rejected %+v", rejected)
 	}
@@ -708,4 +676,28 @@ func testExpiry(t *testing.T, e *env) {
 	if code != wire.CloseUnauthenticated || n >= versions || got[len(got)-1].Error == nil || got[len(got)-1].Error.Code != wire.CodeTokenExpired {
 		t.Fatalf("catch-up past the expiry: close %d after %d of %d versions, want 4001 token_expired before the end", code, n, versions)
 	}
+}
+
+// pushedThenRejected reads the pushed acknowledgement of a push and the
+// rejection of its mutation, in either order; any other message fails.
+func pushedThenRejected(t *testing.T, c *client) wire.RejectedMessage {
+	t.Helper()
+	var rejected wire.RejectedMessage
+	for sawPushed := false; !sawPushed || rejected.Type == ""; {
+		m, err := c.next(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case wire.TypePushed:
+			sawPushed = true
+		case wire.TypeRejected:
+			if err := json.Unmarshal(m.raw, &rejected); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	return rejected
 }
