@@ -5,7 +5,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/canon ./cmd/canon \
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/canon-sync/canon/cli.version=${VERSION}" -o /out/canon ./cmd/canon \
  && mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -7,7 +7,8 @@ GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
-LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+CLI       := github.com/canon-sync/canon/cli
+LDFLAGS   := -X $(CLI).version=$(VERSION) -X $(CLI).commit=$(COMMIT)
 DATA      ?= .canon
 HTTP      ?= 127.0.0.1:8080
 KAFKA_PORT ?= 9092

@@ -23,8 +23,16 @@ import (
 // stop it in the middle of its work. BuildCanon builds the binary once
 // per test process; CanonProcess runs it.
 
-var canonBinary struct {
-	once sync.Once
+// canonPackage is the import path of Canon's own command.
+const canonPackage = "github.com/canon-sync/canon/cmd/canon"
+
+var programs struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]builtProgram
+}
+
+type builtProgram struct {
 	path string
 	err  error
 }
@@ -33,27 +41,51 @@ var canonBinary struct {
 // binary's path.
 func BuildCanon(tb testing.TB) string {
 	tb.Helper()
-	canonBinary.once.Do(func() {
+	return BuildProgram(tb, canonPackage)
+}
+
+// BuildProgram builds the main package pkg (an import path, such as a
+// program under examples/ that is Canon with its own mutators) once per
+// test process and returns the binary's path.
+func BuildProgram(tb testing.TB, pkg string) string {
+	tb.Helper()
+	programs.mu.Lock()
+	defer programs.mu.Unlock()
+	b, ok := programs.built[pkg]
+	if !ok {
+		b = buildProgram(pkg)
+		if programs.built == nil {
+			programs.built = make(map[string]builtProgram)
+		}
+		programs.built[pkg] = b
+	}
+	if b.err != nil {
+		tb.Fatal(b.err)
+	}
+	return b.path
+}
+
+func buildProgram(pkg string) builtProgram {
+	if programs.dir == "" {
 		dir, err := os.MkdirTemp("", "canon-test-bin-")
 		if err != nil {
-			canonBinary.err = err
-			return
+			return builtProgram{err: err}
 		}
-		canonBinary.path = filepath.Join(dir, "canon")
-		out, err := exec.Command("go", "build", "-o", canonBinary.path, "github.com/canon-sync/canon/cmd/canon").CombinedOutput()
-		if err != nil {
-			canonBinary.err = fmt.Errorf("go build ./cmd/canon: %w\n%s", err, out)
-		}
-	})
-	if canonBinary.err != nil {
-		tb.Fatal(canonBinary.err)
+		programs.dir = dir
 	}
-	return canonBinary.path
+	path := filepath.Join(programs.dir, fmt.Sprintf("%s-%d", filepath.Base(pkg), len(programs.built)))
+	out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput()
+	if err != nil {
+		return builtProgram{err: fmt.Errorf("go build %s: %w\n%s", pkg, err, out)}
+	}
+	return builtProgram{path: path}
 }
 
 func removeCanonBinary() {
-	if canonBinary.path != "" {
-		_ = os.RemoveAll(filepath.Dir(canonBinary.path))
+	programs.mu.Lock()
+	defer programs.mu.Unlock()
+	if programs.dir != "" {
+		_ = os.RemoveAll(programs.dir)
 	}
 }
 
@@ -85,7 +117,14 @@ type CanonProcess struct {
 // with CANON_TEST_KEEP=1).
 func NewCanonProcess(t testing.TB, name string, args ...string) *CanonProcess {
 	t.Helper()
-	p := &CanonProcess{t: t, name: name, bin: BuildCanon(t), args: args,
+	return NewProgramProcess(t, BuildCanon(t), name, args...)
+}
+
+// NewProgramProcess is NewCanonProcess for another build of Canon's
+// command, bin (see BuildProgram).
+func NewProgramProcess(t testing.TB, bin, name string, args ...string) *CanonProcess {
+	t.Helper()
+	p := &CanonProcess{t: t, name: name, bin: bin, args: args,
 		logPath: filepath.Join(ProcessDir(t, name), name+".log")}
 	t.Cleanup(func() {
 		p.Signal(syscall.SIGCONT)

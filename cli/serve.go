@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/model"
+)
+
+type serveFlags struct {
+	kafka kafkaFlags
+	http  string
+	pprof bool
+	data  string
+	keys  string
+	// keysReload is how often --keys is read again (hidden: tests).
+	keysReload time.Duration
+	roles      []string
+	// partitions is --partitions: the partitions the read roles serve.
+	partitions string
+	seq        sequencerTuning
+	// corsOrigins is --cors-origins.
+	corsOrigins []string
+}
+
+func newServeCmd(g *globalFlags) *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve --brokers HOST:PORT [--roles ROLE,…]",
+		Short: "Run chosen Canon roles against a Kafka cluster",
+		Long: `Run the chosen roles of Canon in this process, against a real Kafka cluster.
+
+Every instance checks Canon's topics at start (creating missing ones) and
+serves /healthz, /readyz and /metrics on --http. Run several instances with
+the same roles to scale out: Kafka's consumer groups share the partitions.`,
+		Example: `  canon serve --brokers kafka-1:9092,kafka-2:9092 --http 0.0.0.0:8080`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			mutators, err := g.opts.registry()
+			if err != nil {
+				return err
+			}
+			return runServe(cmd.Context(), f, mutators, log)
+		},
+	}
+	f.kafka.register(cmd, "Kafka brokers, host:port, comma separated (required)")
+	registerClickHouseFlags(cmd)
+	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
+	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
+	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
+	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer and readapi roles); "+
+		"read again every 2s and on SIGHUP: a key removed from it (canon token rmkey) is refused within 2s")
+	cmd.Flags().DurationVar(&f.keysReload, "keys-reload-interval", DefaultKeysReload, "how often --keys is read again")
+	_ = cmd.Flags().MarkHidden("keys-reload-interval")
+	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
+	registerCORSFlag(cmd, &f.corsOrigins, nil)
+	cmd.Flags().StringVar(&f.partitions, "partitions", "", "partitions a read replica (role readapi without sequencer) materializes and serves, e.g. 0-5,8 (default: all)")
+	cmd.Flags().StringVar(&f.seq.instanceID, "instance-id", "",
+		"sequencer instance id, unique among running instances (default: the one kept in --data, made on first start)")
+	// Hidden: failure tests shorten them so that a stopped or killed
+	// instance is replaced in seconds; production keeps the defaults.
+	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")
+	cmd.Flags().DurationVar(&f.seq.txnTimeout, "transaction-timeout", 0, "sequencer transaction timeout (0: the sequencer's default)")
+	_ = cmd.Flags().MarkHidden("session-timeout")
+	_ = cmd.Flags().MarkHidden("transaction-timeout")
+	return cmd
+}
+
+func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log *slog.Logger) error {
+	if len(f.kafka.brokers) == 0 {
+		return usageError{fmt.Errorf("no Kafka brokers: pass --brokers host:port (or set CANON_BROKERS); for a single-process setup use 'canon dev'")}
+	}
+	for _, name := range f.roles {
+		if _, ok := roles[name]; !ok {
+			return usageError{fmt.Errorf("unknown role %q: known roles are %s", name, knownRoles())}
+		}
+	}
+	cors, err := parseCORS(f.corsOrigins)
+	if err != nil {
+		return err
+	}
+	data, err := filepath.Abs(f.data)
+	if err != nil {
+		return err
+	}
+	n, err := newNode(ctx, log, f.kafka.brokers, &f.kafka, f.http, data)
+	if err != nil {
+		return err
+	}
+	n.mutators = mutators
+	n.pprof = f.pprof
+	n.cors = cors
+	if f.keys != "" {
+		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {
+			return err
+		}
+		n.keysPath, n.keysReload = f.keys, f.keysReload
+	}
+	n.seq = f.seq
+	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
+		return usageError{err}
+	}
+	log.Info("canon serve started", "version", versionString(), "roles", f.roles,
+		"http", n.httpLn.Addr().String(), "partitions", n.topics.Partitions)
+	return n.runRoles(ctx, f.roles)
+}
