@@ -127,6 +127,9 @@ type node struct {
 	partitions []int32
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
+	// storeNoSync commits the store's batches without an fsync
+	// (--store-sync never; store.Config.NoSync).
+	storeNoSync bool
 	// cors says which browser origins may use the HTTP APIs and the
 	// websocket (--cors-origins); nil allows none but the server's own.
 	cors *httpapi.CORS
@@ -283,4 +286,26 @@ func (n *node) run(ctx context.Context, components []component) error {
 		err = nil
 	}
 	return err
+}
+
+// Values of --store-sync.
+const (
+	storeSyncAlways = "always"
+	storeSyncNever  = "never"
+)
+
+func registerStoreSyncFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "store-sync", storeSyncAlways, "when the store's writes wait for the disk: always (an fsync per sequencer transaction) "+
+		"or never (the OS writes them back; after a machine crash the store restores what it lost from canon.versions, see docs/store.md)")
+}
+
+// parseStoreSync reads --store-sync; true means no fsync.
+func parseStoreSync(v string) (bool, error) {
+	switch v {
+	case storeSyncAlways, "":
+		return false, nil
+	case storeSyncNever:
+		return true, nil
+	}
+	return false, usageError{fmt.Errorf("--store-sync %q: pass %s or %s", v, storeSyncAlways, storeSyncNever)}
 }

@@ -228,7 +228,7 @@ func (n *node) openStore() (*store.Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w (pass --data with a writable directory)", dir, err)
 	}
-	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log})
+	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log, NoSync: n.storeNoSync})
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}

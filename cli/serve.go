@@ -18,7 +18,9 @@ type serveFlags struct {
 	http  string
 	pprof bool
 	data  string
-	keys  string
+	// storeSync is --store-sync.
+	storeSync string
+	keys      string
 	// keysReload is how often --keys is read again (hidden: tests).
 	keysReload time.Duration
 	roles      []string
@@ -58,6 +60,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
+	registerStoreSyncFlag(cmd, &f.storeSync)
 	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer and readapi roles); "+
 		"read again every 2s and on SIGHUP: a key removed from it (canon token rmkey) is refused within 2s")
 	cmd.Flags().DurationVar(&f.keysReload, "keys-reload-interval", DefaultKeysReload, "how often --keys is read again")
@@ -99,6 +102,9 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 	}
 	n.mutators = mutators
 	n.pprof = f.pprof
+	if n.storeNoSync, err = parseStoreSync(f.storeSync); err != nil {
+		return err
+	}
 	n.cors = cors
 	if f.keys != "" {
 		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {

@@ -59,7 +59,7 @@ func TestEditSource(t *testing.T) {
 		}
 		var args struct {
 			Collection, ID string
-			Data       map[string]int
+			Data           map[string]int
 		}
 		if err := json.Unmarshal(p.ops[0].args, &args); err != nil {
 			t.Fatal(err)
