@@ -56,9 +56,11 @@ type pushed struct{ doc, size int }
 // sample is one latency measured at a time since the phase began.
 type sample struct{ at, latency time.Duration }
 
+// wsKey is a mutation: ids count per project and client, and a writer of
+// the edits workload writes several projects.
 type wsKey struct {
-	client string
-	id     uint64
+	project, client string
+	id              uint64
 }
 
 // tracker matches what the clients pushed with what the websockets and
@@ -79,11 +81,11 @@ type tracker struct {
 	err       error // a websocket message that should not be
 }
 
-func (t *tracker) pushed(client string, first, last uint64, at time.Time) {
+func (t *tracker) pushed(project, client string, first, last uint64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for id := first; id <= last; id++ {
-		t.sent[wsKey{client, id}] = at
+		t.sent[wsKey{project, client, id}] = at
 	}
 }
 
@@ -119,7 +121,7 @@ func (t *tracker) onMessage(project string, m *wsMessage, at time.Time) {
 		t.chLags = append(t.chLags, 0) // ClickHouse showed it first
 	}
 	for _, mu := range m.Mutations {
-		k := wsKey{mu.Client, mu.ID}
+		k := wsKey{project, mu.Client, mu.ID}
 		sent, ok := t.sent[k]
 		if !ok {
 			if t.err == nil {
@@ -359,7 +361,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 					st.ArgsBytes += int64(len(o.args))
 				}
 				sent := time.Now()
-				t.pushed(name, first, last, sent)
+				t.pushed(r.projects[p.doc], name, first, last, sent)
 				outcomes, err := w.Flush(gctx)
 				if err != nil {
 					return fmt.Errorf("client %s: %w", name, err)
