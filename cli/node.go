@@ -195,6 +195,10 @@ type sequencerTuning struct {
 	txnTimeout     time.Duration
 	// instanceID is --instance-id; empty keeps the one of the data dir.
 	instanceID string
+	// gatherWait and gatherFresh are the hidden --gather-wait and
+	// --gather-fresh (sequencer.Config.GatherWait, GatherFresh).
+	gatherWait  time.Duration
+	gatherFresh bool
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP

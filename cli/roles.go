@@ -259,6 +259,8 @@ func (n *node) newSequencer(st *store.Store) (*sequencer.Sequencer, error) {
 		Registry:           n.mutators,
 		SessionTimeout:     n.seq.sessionTimeout,
 		TransactionTimeout: n.seq.txnTimeout,
+		GatherWait:         n.seq.gatherWait,
+		GatherFresh:        n.seq.gatherFresh,
 		Log:                n.log,
 		Registerer:         n.registry,
 	})
