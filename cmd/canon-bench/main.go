@@ -212,8 +212,8 @@ func writeSummary(b *strings.Builder, cfg loadgen.Config, variants []variant, su
 		fmt.Fprintf(b, ", %.0f pushes/s", cfg.Rate)
 	}
 	b.WriteString(")\n\nRatios to the raw baseline are per run (same run), then the median.\n\n")
-	b.WriteString("| variant | mutations/s | raw records/s | Canon / raw | CPU µs per mutation: canon + broker = total | raw broker µs/record | push → websocket p50 / p99 ms | raw p50 ms |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| variant | mutations/s | raw records/s | Canon / raw | CPU µs per mutation: canon + broker = total | raw broker µs/record | push → websocket p50 / p99 ms | raw p50 ms | mutations per transaction |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for i, v := range variants {
 		m := func(get func(loadgen.Summary) float64) float64 {
 			xs := make([]float64, len(sums[i]))
@@ -223,20 +223,20 @@ func writeSummary(b *strings.Builder, cfg loadgen.Config, variants []variant, su
 			slices.Sort(xs)
 			return xs[len(xs)/2]
 		}
-		fmt.Fprintf(b, "| %s `%s` | %.0f | %.0f | %.2f | %.0f + %.0f = %.0f | %.0f | %.2f / %.2f | %.2f |\n", v.label(), strings.Join(v.args, " "),
+		fmt.Fprintf(b, "| %s `%s` | %.0f | %.0f | %.2f | %.0f + %.0f = %.0f | %.0f | %.2f / %.2f | %.2f | %.2f |\n", v.label(), strings.Join(v.args, " "),
 			m(func(s loadgen.Summary) float64 { return s.Throughput }), m(func(s loadgen.Summary) float64 { return s.Raw }),
 			m(func(s loadgen.Summary) float64 { return s.Ratio }),
 			m(func(s loadgen.Summary) float64 { return s.CanonCPU }), m(func(s loadgen.Summary) float64 { return s.BrokerCPU }),
 			m(func(s loadgen.Summary) float64 { return s.TotalCPU }), m(func(s loadgen.Summary) float64 { return s.RawBrokerCPU }),
 			m(func(s loadgen.Summary) float64 { return s.P50 }), m(func(s loadgen.Summary) float64 { return s.P99 }),
-			m(func(s loadgen.Summary) float64 { return s.RawP50 }))
+			m(func(s loadgen.Summary) float64 { return s.RawP50 }), m(func(s loadgen.Summary) float64 { return s.PerTransaction }))
 	}
 	b.WriteString("\nEach run, in order:\n\n")
 	for k := range sums[0] {
 		for i, v := range variants {
 			s := sums[i][k]
-			fmt.Fprintf(b, "- run %d %s: %.0f mutations/s (raw %.0f, %.2f×), CPU %.0f + %.0f µs, p50 %.2f ms, p99 %.2f ms\n",
-				k+1, v.label(), s.Throughput, s.Raw, s.Ratio, s.CanonCPU, s.BrokerCPU, s.P50, s.P99)
+			fmt.Fprintf(b, "- run %d %s: %.0f mutations/s (raw %.0f, %.2f×), CPU %.0f + %.0f µs, p50 %.2f ms, p99 %.2f ms, %.2f mutations per transaction\n",
+				k+1, v.label(), s.Throughput, s.Raw, s.Ratio, s.CanonCPU, s.BrokerCPU, s.P50, s.P99, s.PerTransaction)
 		}
 	}
 }

@@ -181,6 +181,24 @@ func (p *canonProc) profile(ctx context.Context, d time.Duration, path string) e
 	return f.Close()
 }
 
+// txns are the sequencer's committed transactions so far.
+type txns struct {
+	n    int
+	time time.Duration
+}
+
+func (p *canonProc) transactions(ctx context.Context) (txns, error) {
+	n, err := p.metric(ctx, "canon_sequencer_transaction_seconds_count")
+	if err != nil {
+		return txns{}, err
+	}
+	sec, err := p.metric(ctx, "canon_sequencer_transaction_seconds_sum")
+	if err != nil {
+		return txns{}, err
+	}
+	return txns{n: int(n), time: time.Duration(sec * float64(time.Second))}, nil
+}
+
 // metric reads one unlabelled counter or gauge from canon's /metrics.
 func (p *canonProc) metric(ctx context.Context, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)

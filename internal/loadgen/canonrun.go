@@ -42,6 +42,10 @@ type CanonResult struct {
 	// BrokerCPU is the local broker's CPU time over the same span; 0 when
 	// its process was not found.
 	BrokerCPU time.Duration
+	// Transactions are the sequencer's committed transactions over the
+	// same span, TransactionTime their summed duration (its metrics).
+	Transactions    int
+	TransactionTime time.Duration
 
 	// samples are push → websocket latencies over time, for the plot.
 	samples []sample
@@ -255,6 +259,10 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		return res, err
 	}
 	b0 := cpuOf(r.brokerPID)
+	tx0, err := r.canon.transactions(ctx)
+	if err != nil {
+		return res, err
+	}
 	peak := u0.rss
 	var peakMu sync.Mutex
 	sampleRSS := func() {
@@ -438,6 +446,11 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		return res, err
 	}
 	res.CPU = u1.cpu - u0.cpu
+	tx1, err := r.canon.transactions(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Transactions, res.TransactionTime = tx1.n-tx0.n, tx1.time-tx0.time
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}

@@ -120,6 +120,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| CPU per mutation (ms, the broker during Canon's run; during the baseline's) | %.2f; %.2f |\n",
 			per(float64(c.BrokerCPU)/float64(time.Millisecond)), float64(raw.BrokerCPU)/float64(time.Millisecond)/float64(max(1, raw.Consumed)))
 	}
+	if c.Transactions > 0 {
+		fmt.Fprintf(&b, "| sequencer transactions; mutations per transaction; mean transaction (ms) | %d; %.2f; %s |\n",
+			c.Transactions, float64(c.Mutations)/float64(c.Transactions), ms(c.TransactionTime/time.Duration(c.Transactions)))
+	}
 	fmt.Fprintf(&b, "| Go heap allocated per mutation (KiB) | %.1f |\n", per(c.Allocated)/1024)
 	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f |\n", float64(c.PeakRSS)/(1<<20))
 	fmt.Fprintf(&b, "| args per mutation (bytes, mean) | %.0f |\n", per(float64(c.ArgsBytes)))
@@ -146,6 +150,8 @@ type Summary struct {
 	// Push → websocket p50 and p99 in ms, and the baseline's produce →
 	// consume p50.
 	P50, P99, RawP50 float64
+	// PerTransaction is the mutations per sequencer transaction.
+	PerTransaction float64
 }
 
 // Summary returns the run's figures.
@@ -166,6 +172,9 @@ func (r *Report) Summary() Summary {
 	}
 	if s.Raw > 0 {
 		s.Ratio = s.Throughput / s.Raw
+	}
+	if c.Transactions > 0 {
+		s.PerTransaction = float64(c.Mutations) / float64(c.Transactions)
 	}
 	return s
 }
