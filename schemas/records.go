@@ -222,6 +222,7 @@ const (
 	ReasonGap           = "gap"            // id > last+1: resend from ExpectedID
 	ReasonUnauthorized  = "unauthorized"   // the client group belongs to another principal, or the client to another group
 	ReasonProjection    = "projection"     // a projector could not handle a changelog record
+	ReasonBadBundle     = "bad_bundle"     // a deploy's bundle does not compile
 )
 
 // Rejected is a dead letter in canon.rejected, keyed like its source.
