@@ -102,6 +102,7 @@ holds is not sent twice.`,
 		},
 	}
 	f.register(cmd)
+	f.bundles.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&f.branch, "branch", "main", "the branch to replay")
 	fs.Uint64Var(&f.from, "from", 0, "first version to replay (default 1)")
