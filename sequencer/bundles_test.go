@@ -307,4 +307,3 @@ func TestBundleDeployRacingPushes(t *testing.T) {
 	}
 	t.Logf("%d versions under the first bundle, %d under the second", before, after)
 }
-
