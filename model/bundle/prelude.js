@@ -199,6 +199,9 @@
     return "V" + JSON.stringify(Object.keys(mods).map((k) => [k, typeof mods[k]]));
   };
   function exportsOf(ns) {
+    if (ns === undefined || ns === null) {
+      ns = {};
+    }
     const d = ns.default;
     if (d !== undefined && d !== null && typeof d === "object") {
       return d;
