@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -401,8 +402,15 @@ func (p *pool) drain() {
 // the form Compile and the TypeScript client take. It reads files; it does
 // not type-check (run tsc for that).
 func Build(entry string) ([]byte, error) {
+	abs, err := filepath.Abs(entry)
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", entry, err)
+	}
 	res := api.Build(api.BuildOptions{
-		EntryPoints:   []string{entry},
+		EntryPoints: []string{abs},
+		// Paths in the output (a comment per file) are relative to the
+		// entry's folder: the same bytes wherever the build runs.
+		AbsWorkingDir: filepath.Dir(abs),
 		Bundle:        true,
 		Write:         false,
 		Format:        api.FormatESModule,

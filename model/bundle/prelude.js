@@ -32,6 +32,8 @@
     return Reflect.construct(RealDate, a, new.target);
   }
   Object.defineProperty(SafeDate, "prototype", { value: RealDate.prototype });
+  Object.defineProperty(SafeDate, "name", { value: "Date" });
+  Object.defineProperty(SafeDate, "length", { value: 7 });
   Object.defineProperty(RealDate.prototype, "constructor", { value: SafeDate, writable: true, configurable: true });
   SafeDate.UTC = RealDate.UTC;
   SafeDate.parse = RealDate.parse;
