@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -136,7 +137,10 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 	if strings.HasPrefix(s, "E") {
 		v.close()
 		_, err := outcome(s)
-		return nil, fmt.Errorf("%w: loading the bundle: %w", ErrInvalidBundle, err)
+		if err = memoryErr(v, err, opts, "loading the bundle"); model.ErrorCode(err) != CodeBudgetExceeded {
+			err = fmt.Errorf("loading the bundle: %w", err)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
 	var members [][2]string
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(s, "V")), &members); err != nil {
@@ -300,7 +304,7 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now 
 	}
 	pending, err := outcome(r)
 	if err != nil || !pending {
-		return b.mapped(v, err, doing)
+		return memoryErr(v, err, b.opts, doing)
 	}
 	// An async mutator: run its promise jobs to the end. No job waits on
 	// anything outside (no timers, no I/O), so what is still pending then
@@ -316,18 +320,19 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now 
 	if pending, err = outcome(r); pending {
 		return fmt.Errorf("%s: its promise never settled: it awaits something that never resolves (a mutator has no timers and no I/O to wait for)", doing)
 	}
-	return b.mapped(v, err, doing)
+	return memoryErr(v, err, b.opts, doing)
 }
 
-// mapped names the budget an out-of-memory error the mutator saw, and
-// marks the VM for disposal.
-func (b *Bundle) mapped(v *vm, err error, doing string) error {
+// memoryErr names the budget of an out-of-memory error the JavaScript
+// code saw (the prelude gives it the code budget_exceeded), and marks
+// the VM for disposal; other errors it returns as they are.
+func memoryErr(v *vm, err error, opts Options, doing string) error {
 	if err == nil {
 		return nil
 	}
 	if model.ErrorCode(err) == CodeBudgetExceeded {
 		v.broken = true
-		return model.WithCode(CodeBudgetExceeded, fmt.Errorf("%s ran over the memory budget of %s (--mutator-memory-budget)", doing, bytesString(b.opts.MemoryBudget)))
+		return model.WithCode(CodeBudgetExceeded, fmt.Errorf("%s ran over the memory budget of %s (--mutator-memory-budget)", doing, bytesString(opts.MemoryBudget)))
 	}
 	return err
 }
@@ -397,8 +402,15 @@ func (p *pool) drain() {
 // the form Compile and the TypeScript client take. It reads files; it does
 // not type-check (run tsc for that).
 func Build(entry string) ([]byte, error) {
+	abs, err := filepath.Abs(entry)
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", entry, err)
+	}
 	res := api.Build(api.BuildOptions{
-		EntryPoints:   []string{entry},
+		EntryPoints: []string{abs},
+		// Paths in the output (a comment per file) are relative to the
+		// entry's folder: the same bytes wherever the build runs.
+		AbsWorkingDir: filepath.Dir(abs),
 		Bundle:        true,
 		Write:         false,
 		Format:        api.FormatESModule,

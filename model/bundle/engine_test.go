@@ -56,7 +56,7 @@ export default {
 };`
 
 func TestEngine(t *testing.T) {
-	b := compile(t, engineBundle, bundle.Options{CPUBudget: 5_000_000, MemoryBudget: 16 << 20})
+	b := compile(t, engineBundle, bundle.Options{CPUBudget: 500_000, MemoryBudget: 16 << 20})
 	w := newWorld(t, b)
 	tests := []struct {
 		name, args string
@@ -67,7 +67,7 @@ func TestEngine(t *testing.T) {
 		{"todo.create", `{"id":"t1","title":"x"}`, "applied", "", ""},
 		{"todo.toggle", `{"id":"t1"}`, "applied", "", ""},
 		{"todo.toggle", `{"id":"t2"}`, "error", "no_todo", "no todo t2"},
-		{"t.loop", `{}`, "error", "budget_exceeded", "mutator t.loop ran over the CPU budget of 5000000 steps (--mutator-cpu-budget)"},
+		{"t.loop", `{}`, "error", "budget_exceeded", "mutator t.loop ran over the CPU budget of 500000 steps (--mutator-cpu-budget)"},
 		{"t.asyncloop", `{}`, "error", "budget_exceeded", "mutator t.asyncloop ran over the CPU budget"},
 		{"t.hog", `{}`, "error", "budget_exceeded", "mutator t.hog ran over the memory budget of 16 MiB (--mutator-memory-budget)"},
 		{"t.strhog", `{}`, "error", "mutator_error", "string too long"}, // ropes: QuickJS caps the length first

@@ -32,6 +32,8 @@
     return Reflect.construct(RealDate, a, new.target);
   }
   Object.defineProperty(SafeDate, "prototype", { value: RealDate.prototype });
+  Object.defineProperty(SafeDate, "name", { value: "Date" });
+  Object.defineProperty(SafeDate, "length", { value: 7 });
   Object.defineProperty(RealDate.prototype, "constructor", { value: SafeDate, writable: true, configurable: true });
   SafeDate.UTC = RealDate.UTC;
   SafeDate.parse = RealDate.parse;
@@ -199,6 +201,9 @@
     return "V" + JSON.stringify(Object.keys(mods).map((k) => [k, typeof mods[k]]));
   };
   function exportsOf(ns) {
+    if (ns === undefined || ns === null) {
+      ns = {};
+    }
     const d = ns.default;
     if (d !== undefined && d !== null && typeof d === "object") {
       return d;
