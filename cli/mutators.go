@@ -244,6 +244,7 @@ func (f *mutatorsFlags) call(cmd *cobra.Command, method, path string, body []byt
 	if resp.StatusCode != http.StatusOK {
 		var ea wire.ErrorAnswer
 		if json.Unmarshal(b, &ea) == nil && ea.Error != nil {
+			ea.Error.Status = resp.StatusCode
 			return ea.Error
 		}
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
