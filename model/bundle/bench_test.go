@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/model/bundle"
@@ -50,61 +51,97 @@ func toggleGo(tx model.Tx, raw json.RawMessage) error {
 	return tx.Put("todos", args.ID, it)
 }
 
-// BenchmarkDecideToggle decides todo.toggle through model.Decider, in
-// batches of 100 between Resets as the sequencer does, with the mutator
-// in Go and in JavaScript: the ratio of the two is the cost of the
-// engine (goal: JavaScript at most 10x Go).
-func BenchmarkDecideToggle(b *testing.B) {
-	js, err := bundle.Compile([]byte(toggleJS), bundle.Options{})
-	if err != nil {
+// toggleWorld is a Decider with a todo to toggle, deciding todo.toggle
+// with fn in batches of 100 between Resets, as the sequencer does.
+type toggleWorld struct {
+	dec  *model.Decider
+	recs []model.MutationRecord
+	i    int
+}
+
+func newToggleWorld(b *testing.B, fn model.Mutator) *toggleWorld {
+	reg := model.NewRegistry()
+	if err := reg.Register("todo.toggle", fn); err != nil {
 		b.Fatal(err)
 	}
-	defer js.Close()
-	jsToggle, _ := js.Mutator("todo.toggle")
+	state := modeltest.NewMemState()
+	dec := model.NewDecider(state, reg, schemas.Limits{})
+	setup, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+		Org: "acme", Project: "p", Client: "setup", ID: 1, Name: model.ItemPut,
+		Args: json.RawMessage(`{"collection":"todos","id":"t1","meta":{"owner":"ann"},"data":{"title":"Write the spec","done":false,"order":3}}`),
+	}, Timestamp: epoch})
+	if err != nil || setup.Kind != model.Applied {
+		b.Fatal(setup.Kind, err)
+	}
+	if err := state.Apply(setup.Version, setup.Chunks); err != nil {
+		b.Fatal(err)
+	}
+	dec.Reset()
+	w := &toggleWorld{dec: dec, recs: make([]model.MutationRecord, 100)}
+	for i := range w.recs {
+		w.recs[i] = model.MutationRecord{Mutation: &schemas.Mutation{
+			Org: "acme", Project: "p", ClientGroup: "g", Client: "c", ID: uint64(i + 1), Name: "todo.toggle",
+			Args: json.RawMessage(`{"id":"t1"}`),
+		}, Timestamp: epoch, Offset: int64(i)}
+	}
+	return w
+}
+
+func (w *toggleWorld) decide(b *testing.B) {
+	d, err := w.dec.Decide(w.recs[w.i])
+	if err != nil || d.Kind != model.Applied {
+		b.Fatal(d.Kind, err, d.Version.Mutations[0].Error)
+	}
+	if w.i++; w.i == len(w.recs) {
+		w.i = 0
+		w.dec.Reset() // the store is not written: the batch starts over
+	}
+}
+
+func toggleJSMutator(b *testing.B) model.Mutator {
+	js := compile(b, toggleJS, bundle.Options{})
+	m, _ := js.Mutator("todo.toggle")
+	return m
+}
+
+// BenchmarkDecideToggle decides todo.toggle through model.Decider with
+// the mutator in Go and in JavaScript.
+func BenchmarkDecideToggle(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		fn   model.Mutator
-	}{{"go", toggleGo}, {"js", jsToggle}} {
+		fn   func(*testing.B) model.Mutator
+	}{
+		{"go", func(*testing.B) model.Mutator { return toggleGo }},
+		{"js", toggleJSMutator},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			reg := model.NewRegistry()
-			if err := reg.Register("todo.toggle", bc.fn); err != nil {
-				b.Fatal(err)
-			}
-			state := modeltest.NewMemState()
-			dec := model.NewDecider(state, reg, schemas.Limits{})
-			setup, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
-				Org: "acme", Project: "p", Client: "setup", ID: 1, Name: model.ItemPut,
-				Args: json.RawMessage(`{"collection":"todos","id":"t1","meta":{"owner":"ann"},"data":{"title":"Write the spec","done":false,"order":3}}`),
-			}, Timestamp: epoch})
-			if err != nil || setup.Kind != model.Applied {
-				b.Fatal(setup.Kind, err)
-			}
-			if err := state.Apply(setup.Version, setup.Chunks); err != nil {
-				b.Fatal(err)
-			}
-			dec.Reset()
-			const batch = 100
-			recs := make([]model.MutationRecord, batch)
-			for i := range recs {
-				recs[i] = model.MutationRecord{Mutation: &schemas.Mutation{
-					Org: "acme", Project: "p", ClientGroup: "g", Client: "c", ID: uint64(i + 1), Name: "todo.toggle",
-					Args: json.RawMessage(`{"id":"t1"}`),
-				}, Timestamp: epoch, Offset: int64(i)}
-			}
+			w := newToggleWorld(b, bc.fn(b))
 			b.ReportAllocs()
-			i := 0
 			for b.Loop() {
-				d, err := dec.Decide(recs[i])
-				if err != nil || d.Kind != model.Applied {
-					b.Fatal(d.Kind, err, d.Version.Mutations[0].Error)
-				}
-				if i++; i == batch {
-					i = 0
-					dec.Reset()
-				}
+				w.decide(b)
 			}
 		})
 	}
+}
+
+// BenchmarkDecideToggleRatio decides a Go and a JavaScript todo.toggle
+// alternately, so that both see the same load of the machine, and reports
+// the cost of each and their ratio (goal: JavaScript at most 10x Go).
+func BenchmarkDecideToggleRatio(b *testing.B) {
+	goW := newToggleWorld(b, toggleGo)
+	jsW := newToggleWorld(b, toggleJSMutator(b))
+	var goNS, jsNS time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		goW.decide(b)
+		t1 := time.Now()
+		jsW.decide(b)
+		goNS += t1.Sub(t0)
+		jsNS += time.Since(t1)
+	}
+	b.ReportMetric(float64(goNS.Nanoseconds())/float64(b.N), "go-ns/op")
+	b.ReportMetric(float64(jsNS.Nanoseconds())/float64(b.N), "js-ns/op")
+	b.ReportMetric(float64(jsNS)/float64(goNS), "js/go")
 }
 
 // BenchmarkCompileTodo compiles the todo example's bundle: transform,
