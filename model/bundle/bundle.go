@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/evanw/esbuild/pkg/api"
+	"modernc.org/quickjs"
 
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
@@ -298,7 +299,7 @@ func (b *Bundle) run(tx model.Tx, name string, args json.RawMessage) error {
 func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now int64) error {
 	v.arm(b.opts)
 	doing := "mutator " + name
-	r, err := v.js.Call("__canon_run", name, string(args), mut, now)
+	r, err := v.run.Call(quickjs.UndefinedValue, name, string(args), mut, now)
 	if err != nil {
 		return v.budgetErr(err, b.opts, doing)
 	}
@@ -313,7 +314,7 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now 
 		v.broken = true
 		return v.budgetErr(err, b.opts, doing)
 	}
-	r, err = v.js.Call("__canon_settle")
+	r, err = v.settle.Call(quickjs.UndefinedValue)
 	if err != nil {
 		return v.budgetErr(err, b.opts, doing)
 	}

@@ -48,6 +48,8 @@ type vm struct {
 	// theirFlag is the quickjs package's own interrupt flag.
 	theirFlag uintptr
 	tx        model.Tx
+	// run and settle are __canon_run and __canon_settle.
+	run, settle quickjs.Value
 	// broken is set when the VM must not be reused: a budget was hit, or
 	// a job drain was cut short.
 	broken bool
@@ -118,6 +120,12 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 	v.arm(opts)
 	if _, err := js.Eval(prelude, quickjs.EvalGlobal); err != nil {
 		return nil, v.budgetErr(err, opts, "starting the sandbox")
+	}
+	if v.run, err = js.EvalValue("__canon_run", quickjs.EvalGlobal); err != nil {
+		return nil, fmt.Errorf("start JavaScript engine: %w", err)
+	}
+	if v.settle, err = js.EvalValue("__canon_settle", quickjs.EvalGlobal); err != nil {
+		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	return v, nil
 }
@@ -199,6 +207,8 @@ func (v *vm) close() {
 		v.meter = 0
 	}
 	if v.js != nil {
+		v.run.Free()
+		v.settle.Free()
 		v.js.Close()
 		v.js = nil
 	}

@@ -19,6 +19,7 @@ export default {
     tx.put("todos", args.id, it.data);
   },
   "t.loop": () => { for (;;) {} },
+  "t.redos": (tx) => { tx.setScalar("r", /(a+)+$/.test("a".repeat(40) + "b")); },
   "t.recurse": () => { const f = () => f() + 1; f(); },
   "t.hog": () => { const a = []; for (;;) a.push(new Array(1e6).fill(1)); },
   "t.strhog": () => { let s = "x"; for (;;) s = s + s; },
@@ -72,6 +73,7 @@ func TestEngine(t *testing.T) {
 		{"t.hog", `{}`, "error", "budget_exceeded", "mutator t.hog ran over the memory budget of 16 MiB (--mutator-memory-budget)"},
 		{"t.strhog", `{}`, "error", "mutator_error", "string too long"}, // ropes: QuickJS caps the length first
 		{"t.catchoom", `{}`, "error", "", ""},                           // see below: applied or budget, never a crash
+		{"t.redos", `{}`, "error", "budget_exceeded", "mutator t.redos ran over the CPU budget"}, // the regexp engine counts its backtracking
 		{"t.recurse", `{}`, "error", "mutator_error", "stack overflow"},
 		{"t.throw", `{}`, "error", "mutator_error", "nope"},
 		{"t.throwcode", `{}`, "error", "quota_exceeded", "over quota"},
@@ -122,10 +124,10 @@ func TestEngine(t *testing.T) {
 	for name, want := range map[string]string{
 		"seen":    `"undefined/undefined"`,
 		"calls":   `1`, // module state is fresh for every mutation
-		"iso":     `"2026-11-27T12:00:20.000Z"`,
+		"iso":     `"2026-11-27T12:00:21.000Z"`,
 		"name":    `"x"`,
 		"deleted": `false`,
-		"m":       `{"branch":"main","client":"c1","clientGroup":"g-c1","id":39,"name":"t.mutation","org":"acme","project":"p"}`,
+		"m":       `{"branch":"main","client":"c1","clientGroup":"g-c1","id":40,"name":"t.mutation","org":"acme","project":"p"}`,
 	} {
 		h, err := w.state.Head("acme", "p", "main")
 		if err != nil {
