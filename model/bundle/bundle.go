@@ -290,10 +290,19 @@ func (b *Bundle) run(tx model.Tx, name string, args json.RawMessage) error {
 		return err
 	}
 	v.tx = tx
-	err = b.call(v, name, args, string(mut), tx.Now().UnixMilli())
-	v.tx = nil
-	b.pool.put(v)
-	return err
+	defer func() {
+		v.tx = nil
+		if p := recover(); p != nil {
+			// A Go panic went up through the engine, which leaves the
+			// instance unusable (modernc.org/quickjs abandons it). The
+			// Decider records the panic as the mutation's outcome.
+			v.broken = true
+			b.pool.put(v)
+			panic(p)
+		}
+		b.pool.put(v)
+	}()
+	return b.call(v, name, args, string(mut), tx.Now().UnixMilli())
 }
 
 func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now int64) error {
