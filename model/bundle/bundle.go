@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -159,6 +160,9 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 	slices.Sort(b.names)
 	b.pool = newPool(loader, opts)
 	b.pool.put(v)
+	// A bundle dropped without Close frees its engines when collected:
+	// its mutators hold it, so none of them can be running then.
+	runtime.AddCleanup(b, func(p *pool) { p.drain() }, b.pool)
 	return b, nil
 }
 
@@ -256,8 +260,10 @@ func (b *Bundle) Source() []byte { return slices.Clone(b.src) }
 // Options returns the bundle's budgets, defaults filled in.
 func (b *Bundle) Options() Options { return b.opts }
 
-// Close frees the engine instances the bundle keeps for reuse. Mutators
-// called after Close still work, each on an instance of its own.
+// Close frees the engine instances the bundle keeps for reuse (their
+// memory is not Go's: call Close when a bundle is no longer used, or the
+// garbage collector frees them some time after). Mutators called after
+// Close still work, each on an instance of its own.
 func (b *Bundle) Close() { b.pool.drain() }
 
 // Mutator returns the mutator of a name, to register in a model.Registry.
