@@ -67,17 +67,32 @@ type Options struct {
 	MaxBundleBytes int
 }
 
-func (o Options) withDefaults() Options {
-	if o.CPUBudget <= 0 {
+// Smallest budgets Options accepts: below them the engine cannot even
+// report that a budget was exceeded.
+const (
+	MinCPUBudget    = 10_000
+	MinMemoryBudget = 256 << 10
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.CPUBudget == 0 {
 		o.CPUBudget = DefaultCPUBudget
 	}
-	if o.MemoryBudget <= 0 {
+	if o.MemoryBudget == 0 {
 		o.MemoryBudget = DefaultMemoryBudget
 	}
-	if o.MaxBundleBytes <= 0 {
+	if o.MaxBundleBytes == 0 {
 		o.MaxBundleBytes = DefaultMaxBundleBytes
 	}
-	return o
+	switch {
+	case o.CPUBudget < MinCPUBudget:
+		return o, fmt.Errorf("mutator CPU budget of %d steps: it must be at least %d (--mutator-cpu-budget)", o.CPUBudget, MinCPUBudget)
+	case o.MemoryBudget < MinMemoryBudget:
+		return o, fmt.Errorf("mutator memory budget of %d bytes: it must be at least %d (256 KiB) (--mutator-memory-budget)", o.MemoryBudget, MinMemoryBudget)
+	case o.MaxBundleBytes < 0:
+		return o, fmt.Errorf("mutator bundle size limit of %d bytes: it must be positive", o.MaxBundleBytes)
+	}
+	return o, nil
 }
 
 // Bundle is a compiled bundle. Its mutators are safe for concurrent use:
@@ -110,9 +125,13 @@ const loaderName = "__canon_load"
 // Compile checks a bundle: its size, that it parses as an ES module that
 // imports nothing, that it loads (without throwing, within the budgets)
 // and that it exports an object of valid mutator names to functions. Any
-// failure is an error that wraps ErrInvalidBundle or ErrBundleTooLarge.
+// failure of the bundle is an error that wraps ErrInvalidBundle or
+// ErrBundleTooLarge; budgets under their minimum are an error too.
 func Compile(src []byte, opts Options) (*Bundle, error) {
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	if len(src) > opts.MaxBundleBytes {
 		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d bytes: minify it (esbuild --minify) or raise the limit",
 			ErrBundleTooLarge, len(src), opts.MaxBundleBytes)

@@ -72,6 +72,30 @@ func TestCompileRefuses(t *testing.T) {
 	}
 }
 
+func TestCompileOptions(t *testing.T) {
+	src := []byte(`export default {"a.b": () => {}};`)
+	for _, tc := range []struct {
+		opts bundle.Options
+		msg  string
+	}{
+		{bundle.Options{CPUBudget: 9999}, "mutator CPU budget of 9999 steps: it must be at least 10000 (--mutator-cpu-budget)"},
+		{bundle.Options{CPUBudget: -1}, "mutator CPU budget of -1 steps"},
+		{bundle.Options{MemoryBudget: 1000}, "mutator memory budget of 1000 bytes: it must be at least 262144 (256 KiB) (--mutator-memory-budget)"},
+		{bundle.Options{MaxBundleBytes: -5}, "mutator bundle size limit of -5 bytes: it must be positive"},
+	} {
+		if _, err := bundle.Compile(src, tc.opts); err == nil || !strings.HasPrefix(err.Error(), tc.msg) {
+			t.Errorf("%+v: %v, want %s", tc.opts, err, tc.msg)
+		}
+	}
+	b := compile(t, string(src), bundle.Options{CPUBudget: bundle.MinCPUBudget, MemoryBudget: bundle.MinMemoryBudget})
+	if o := b.Options(); o.CPUBudget != bundle.MinCPUBudget || o.MemoryBudget != bundle.MinMemoryBudget {
+		t.Errorf("options %+v", o)
+	}
+	if o := newWorld(t, b).do("c", "a.b", `{}`); o.Status != "applied" {
+		t.Errorf("a mutation within the smallest budgets: %+v", o)
+	}
+}
+
 func TestCompile(t *testing.T) {
 	src := `export const mutators = {"b.two": () => {}, "a.one": async () => {}};`
 	b := compile(t, src, bundle.Options{})

@@ -49,8 +49,9 @@ type vm struct {
 	// theirFlag is the quickjs package's own interrupt flag.
 	theirFlag uintptr
 	tx        model.Tx
-	// run and settle are __canon_run and __canon_settle.
+	// run and settle are __canon_run and __canon_settle, set when entries.
 	run, settle quickjs.Value
+	entries     bool
 	// broken is set when the VM must not be reused: a budget was hit, or
 	// a job drain was cut short.
 	broken bool
@@ -119,16 +120,20 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 	if _, err := js.Eval(loader, quickjs.EvalGlobal); err != nil {
 		return nil, v.budgetErr(err, opts, "loading the bundle")
 	}
-	v.arm(opts)
+	// The sandbox's own start does not count against the bundle's budgets.
+	sandbox := Options{CPUBudget: DefaultCPUBudget, MemoryBudget: DefaultMemoryBudget}
+	v.arm(sandbox)
 	if _, err := js.Eval(prelude, quickjs.EvalGlobal); err != nil {
-		return nil, v.budgetErr(err, opts, "starting the sandbox")
+		return nil, v.budgetErr(err, sandbox, "starting the sandbox")
 	}
 	if v.run, err = js.EvalValue("__canon_run", quickjs.EvalGlobal); err != nil {
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	if v.settle, err = js.EvalValue("__canon_settle", quickjs.EvalGlobal); err != nil {
+		v.run.Free()
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
+	v.entries = true
 	return v, nil
 }
 
@@ -209,8 +214,10 @@ func (v *vm) close() {
 		v.meter = 0
 	}
 	if v.js != nil {
-		v.run.Free()
-		v.settle.Free()
+		if v.entries {
+			v.run.Free()
+			v.settle.Free()
+		}
 		v.js.Close()
 		v.js = nil
 	}
