@@ -36,9 +36,9 @@ const CodeBudgetExceeded = model.CodeBudgetExceeded
 
 // Defaults of Options.
 const (
-	// DefaultCPUBudget is 20 million interpreter steps: about 2 s of a
-	// tight loop (BenchmarkSteps: about 90 ns a step), where a todo
-	// mutator takes a few hundred steps.
+	// DefaultCPUBudget is 20 million interpreter steps: 10 million
+	// iterations of a tight loop, about 0.5 s (BenchmarkSteps), where a
+	// todo mutator takes a few hundred steps.
 	DefaultCPUBudget = 20_000_000
 	// DefaultMemoryBudget is 64 MiB of JavaScript heap per mutation.
 	DefaultMemoryBudget = 64 << 20
@@ -50,9 +50,10 @@ const (
 // defaults. The same bundle must run with the same budgets wherever its
 // decisions are replayed: a budget is part of what decides.
 type Options struct {
-	// CPUBudget is the number of interpreter steps (function calls, loop
-	// iterations and regexp backtracking, counted by QuickJS's interrupt
-	// counter, plus the elements the array built-ins walk) one mutation
+	// CPUBudget is the number of interpreter steps (jumps, function calls
+	// and regexp backtracking, counted by QuickJS's interrupt counter, so
+	// a plain loop's iteration is 2 steps; plus the elements the array
+	// built-ins walk) one mutation
 	// may take, enforced in units of 10000 steps; loading the bundle has
 	// a budget of its own of the same size. It counts steps, not time, so
 	// a mutation decides the same on every machine and every replay.
