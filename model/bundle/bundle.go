@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -35,10 +36,10 @@ const CodeBudgetExceeded = model.CodeBudgetExceeded
 
 // Defaults of Options.
 const (
-	// DefaultCPUBudget is 100 million interpreter steps: about 2 s of a
-	// tight loop on one core of a 2024 laptop, where a todo mutator takes
-	// a few hundred steps.
-	DefaultCPUBudget = 100_000_000
+	// DefaultCPUBudget is 20 million interpreter steps: 10 million
+	// iterations of a tight loop, about 0.5 s (BenchmarkSteps), where a
+	// todo mutator takes a few hundred steps.
+	DefaultCPUBudget = 20_000_000
 	// DefaultMemoryBudget is 64 MiB of JavaScript heap per mutation.
 	DefaultMemoryBudget = 64 << 20
 	// DefaultMaxBundleBytes is 1 MiB of bundle source.
@@ -49,9 +50,11 @@ const (
 // defaults. The same bundle must run with the same budgets wherever its
 // decisions are replayed: a budget is part of what decides.
 type Options struct {
-	// CPUBudget is the number of interpreter steps (function calls and loop
-	// iterations, counted by QuickJS's interrupt counter) one mutation may
-	// take, enforced in units of 10000 steps; loading the bundle has
+	// CPUBudget is the number of interpreter steps (jumps, function calls
+	// and regexp backtracking, counted by QuickJS's interrupt counter, so
+	// a plain loop's iteration is 2 steps; plus the elements the array
+	// built-ins walk) one mutation
+	// may take, enforced in units of 10000 steps; loading the bundle has
 	// a budget of its own of the same size. It counts steps, not time, so
 	// a mutation decides the same on every machine and every replay.
 	// Default DefaultCPUBudget.
@@ -65,17 +68,32 @@ type Options struct {
 	MaxBundleBytes int
 }
 
-func (o Options) withDefaults() Options {
-	if o.CPUBudget <= 0 {
+// Smallest budgets Options accepts: below them the engine cannot even
+// report that a budget was exceeded.
+const (
+	MinCPUBudget    = 10_000
+	MinMemoryBudget = 256 << 10
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.CPUBudget == 0 {
 		o.CPUBudget = DefaultCPUBudget
 	}
-	if o.MemoryBudget <= 0 {
+	if o.MemoryBudget == 0 {
 		o.MemoryBudget = DefaultMemoryBudget
 	}
-	if o.MaxBundleBytes <= 0 {
+	if o.MaxBundleBytes == 0 {
 		o.MaxBundleBytes = DefaultMaxBundleBytes
 	}
-	return o
+	switch {
+	case o.CPUBudget < MinCPUBudget:
+		return o, fmt.Errorf("mutator CPU budget of %d steps: it must be at least %d (--mutator-cpu-budget)", o.CPUBudget, MinCPUBudget)
+	case o.MemoryBudget < MinMemoryBudget:
+		return o, fmt.Errorf("mutator memory budget of %d bytes: it must be at least %d (256 KiB) (--mutator-memory-budget)", o.MemoryBudget, MinMemoryBudget)
+	case o.MaxBundleBytes < 0:
+		return o, fmt.Errorf("mutator bundle size limit of %d bytes: it must be positive", o.MaxBundleBytes)
+	}
+	return o, nil
 }
 
 // Bundle is a compiled bundle. Its mutators are safe for concurrent use:
@@ -108,9 +126,13 @@ const loaderName = "__canon_load"
 // Compile checks a bundle: its size, that it parses as an ES module that
 // imports nothing, that it loads (without throwing, within the budgets)
 // and that it exports an object of valid mutator names to functions. Any
-// failure is an error that wraps ErrInvalidBundle or ErrBundleTooLarge.
+// failure of the bundle is an error that wraps ErrInvalidBundle or
+// ErrBundleTooLarge; budgets under their minimum are an error too.
 func Compile(src []byte, opts Options) (*Bundle, error) {
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	if len(src) > opts.MaxBundleBytes {
 		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d bytes: minify it (esbuild --minify) or raise the limit",
 			ErrBundleTooLarge, len(src), opts.MaxBundleBytes)
@@ -158,6 +180,9 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 	slices.Sort(b.names)
 	b.pool = newPool(loader, opts)
 	b.pool.put(v)
+	// A bundle dropped without Close frees its engines when collected:
+	// its mutators hold it, so none of them can be running then.
+	runtime.AddCleanup(b, func(p *pool) { p.drain() }, b.pool)
 	return b, nil
 }
 
@@ -255,8 +280,10 @@ func (b *Bundle) Source() []byte { return slices.Clone(b.src) }
 // Options returns the bundle's budgets, defaults filled in.
 func (b *Bundle) Options() Options { return b.opts }
 
-// Close frees the engine instances the bundle keeps for reuse. Mutators
-// called after Close still work, each on an instance of its own.
+// Close frees the engine instances the bundle keeps for reuse (their
+// memory is not Go's: call Close when a bundle is no longer used, or the
+// garbage collector frees them some time after). Mutators called after
+// Close still work, each on an instance of its own.
 func (b *Bundle) Close() { b.pool.drain() }
 
 // Mutator returns the mutator of a name, to register in a model.Registry.
@@ -290,10 +317,19 @@ func (b *Bundle) run(tx model.Tx, name string, args json.RawMessage) error {
 		return err
 	}
 	v.tx = tx
-	err = b.call(v, name, args, string(mut), tx.Now().UnixMilli())
-	v.tx = nil
-	b.pool.put(v)
-	return err
+	defer func() {
+		v.tx = nil
+		if p := recover(); p != nil {
+			// A Go panic went up through the engine, which leaves the
+			// instance unusable (modernc.org/quickjs abandons it). The
+			// Decider records the panic as the mutation's outcome.
+			v.broken = true
+			b.pool.put(v)
+			panic(p)
+		}
+		b.pool.put(v)
+	}()
+	return b.call(v, name, args, string(mut), tx.Now().UnixMilli())
 }
 
 func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now int64) error {

@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/canon-sync/canon/model/bundle"
 )
@@ -69,6 +72,30 @@ func TestCompileRefuses(t *testing.T) {
 	}
 }
 
+func TestCompileOptions(t *testing.T) {
+	src := []byte(`export default {"a.b": () => {}};`)
+	for _, tc := range []struct {
+		opts bundle.Options
+		msg  string
+	}{
+		{bundle.Options{CPUBudget: 9999}, "mutator CPU budget of 9999 steps: it must be at least 10000 (--mutator-cpu-budget)"},
+		{bundle.Options{CPUBudget: -1}, "mutator CPU budget of -1 steps"},
+		{bundle.Options{MemoryBudget: 1000}, "mutator memory budget of 1000 bytes: it must be at least 262144 (256 KiB) (--mutator-memory-budget)"},
+		{bundle.Options{MaxBundleBytes: -5}, "mutator bundle size limit of -5 bytes: it must be positive"},
+	} {
+		if _, err := bundle.Compile(src, tc.opts); err == nil || !strings.HasPrefix(err.Error(), tc.msg) {
+			t.Errorf("%+v: %v, want %s", tc.opts, err, tc.msg)
+		}
+	}
+	b := compile(t, string(src), bundle.Options{CPUBudget: bundle.MinCPUBudget, MemoryBudget: bundle.MinMemoryBudget})
+	if o := b.Options(); o.CPUBudget != bundle.MinCPUBudget || o.MemoryBudget != bundle.MinMemoryBudget {
+		t.Errorf("options %+v", o)
+	}
+	if o := newWorld(t, b).do("c", "a.b", `{}`); o.Status != "applied" {
+		t.Errorf("a mutation within the smallest budgets: %+v", o)
+	}
+}
+
 func TestCompile(t *testing.T) {
 	src := `export const mutators = {"b.two": () => {}, "a.one": async () => {}};`
 	b := compile(t, src, bundle.Options{})
@@ -118,4 +145,40 @@ export default { "n.set": (tx: any, args: {name: string}) => { tx.setScalar("nam
 	if err == nil || !strings.Contains(err.Error(), `bad.ts:1:22: Could not resolve "./missing"`) {
 		t.Errorf("build of a missing import: %v", err)
 	}
+}
+
+// A bundle dropped without Close frees its engine instances when the
+// garbage collector finds it.
+func TestDroppedBundleFreesEngines(t *testing.T) {
+	src := []byte(`export default {"a.b": () => {}};`)
+	before := rssOf(t)
+	for range 100 {
+		if _, err := bundle.Compile(src, bundle.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+	}
+	// 100 engines kept would be some 30 MiB. Cleanups run on a goroutine
+	// of their own: wait for them, up to a few seconds.
+	var grown int64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		runtime.GC()
+		if grown = rssOf(t) - before; grown < 12<<20 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("resident memory grew by %d MiB over 100 dropped bundles", grown>>20)
+}
+
+func rssOf(t *testing.T) int64 {
+	raw, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skip("no /proc/self/statm:", err)
+	}
+	var size, res int64
+	if _, err := fmt.Sscan(string(raw), &size, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res * int64(os.Getpagesize())
 }

@@ -24,7 +24,7 @@ export default {
 // versions.
 func TestConcurrentDeterministic(t *testing.T) {
 	b := compile(t, mixedBundle, bundle.Options{CPUBudget: 200_000, MemoryBudget: 4 << 20})
-	const worlds = 4
+	const worlds = 3
 	var wg sync.WaitGroup
 	results := make([]string, worlds)
 	for g := range worlds {

@@ -32,6 +32,7 @@ const tickInterval = lib.MJS_INTERRUPT_COUNTER_INIT
 type meter struct {
 	polls     int64 // handler calls since the budget was armed
 	maxPolls  int64 // the budget, in handler calls
+	charged   int64 // steps built-ins charged (__canon_charge), in handler calls
 	exceeded  int32 // set when polls went over maxPolls
 	_         int32
 	theirFlag uintptr // the quickjs package's interrupt flag, to stop a job drain
@@ -48,8 +49,9 @@ type vm struct {
 	// theirFlag is the quickjs package's own interrupt flag.
 	theirFlag uintptr
 	tx        model.Tx
-	// run and settle are __canon_run and __canon_settle.
+	// run and settle are __canon_run and __canon_settle, set when entries.
 	run, settle quickjs.Value
+	entries     bool
 	// broken is set when the VM must not be reused: a budget was hit, or
 	// a job drain was cut short.
 	broken bool
@@ -61,7 +63,7 @@ type vm struct {
 func interruptHandler(_ *libc.TLS, _, opaque uintptr) int32 {
 	m := (*meter)(cptr(opaque))
 	m.polls++
-	if m.polls > m.maxPolls {
+	if m.polls+m.charged > m.maxPolls {
 		m.exceeded = 1
 		if m.theirFlag != 0 {
 			atomic.StoreInt32((*int32)(cptr(m.theirFlag)), 1)
@@ -108,6 +110,7 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 		"__canon_delete":     v.hostDelete,
 		"__canon_scalar":     v.hostScalar,
 		"__canon_set_scalar": v.hostSetScalar,
+		"__canon_charge":     v.hostCharge,
 	} {
 		if err := js.RegisterHostFunc(name, fn); err != nil {
 			return nil, fmt.Errorf("start JavaScript engine: %w", err)
@@ -117,16 +120,20 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 	if _, err := js.Eval(loader, quickjs.EvalGlobal); err != nil {
 		return nil, v.budgetErr(err, opts, "loading the bundle")
 	}
-	v.arm(opts)
+	// The sandbox's own start does not count against the bundle's budgets.
+	sandbox := Options{CPUBudget: DefaultCPUBudget, MemoryBudget: DefaultMemoryBudget}
+	v.arm(sandbox)
 	if _, err := js.Eval(prelude, quickjs.EvalGlobal); err != nil {
-		return nil, v.budgetErr(err, opts, "starting the sandbox")
+		return nil, v.budgetErr(err, sandbox, "starting the sandbox")
 	}
 	if v.run, err = js.EvalValue("__canon_run", quickjs.EvalGlobal); err != nil {
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	if v.settle, err = js.EvalValue("__canon_settle", quickjs.EvalGlobal); err != nil {
+		v.run.Free()
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
+	v.entries = true
 	return v, nil
 }
 
@@ -159,7 +166,7 @@ func (v *vm) internals() error {
 // mutation left does not count against this one).
 func (v *vm) arm(opts Options) {
 	m := (*meter)(cptr(v.meter))
-	m.polls, m.exceeded = 0, 0
+	m.polls, m.charged, m.exceeded = 0, 0, 0
 	m.maxPolls = max(opts.CPUBudget/tickInterval, 1)
 	m.theirFlag = v.theirFlag
 	(*lib.TJSContext)(cptr(v.ctx)).Finterrupt_counter = tickInterval
@@ -207,8 +214,10 @@ func (v *vm) close() {
 		v.meter = 0
 	}
 	if v.js != nil {
-		v.run.Free()
-		v.settle.Free()
+		if v.entries {
+			v.run.Free()
+			v.settle.Free()
+		}
 		v.js.Close()
 		v.js = nil
 	}
@@ -245,6 +254,29 @@ func strArgs(args []any, n int) ([]string, error) {
 		out[i] = s
 	}
 	return out, nil
+}
+
+// hostCharge adds the steps a built-in is about to take in native code to
+// the CPU budget; "over" when that exceeds it.
+func (v *vm) hostCharge(args []any) (any, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("%d arguments, want 1", len(args))
+	}
+	var n float64
+	switch x := args[0].(type) {
+	case int:
+		n = float64(x)
+	case float64:
+		n = x
+	default:
+		return nil, fmt.Errorf("argument is %T, not a number", x)
+	}
+	m := (*meter)(cptr(v.meter))
+	m.charged += int64(n/tickInterval) + 1
+	if m.polls+m.charged > m.maxPolls {
+		return "over", nil
+	}
+	return "", nil
 }
 
 func (v *vm) hostGet(args []any) (any, error) {

@@ -12,8 +12,9 @@
     del: globalThis.__canon_delete,
     scalar: globalThis.__canon_scalar,
     setScalar: globalThis.__canon_set_scalar,
+    charge: globalThis.__canon_charge,
   };
-  for (const k of ["__canon_get", "__canon_put", "__canon_delete", "__canon_scalar", "__canon_set_scalar"]) {
+  for (const k of ["__canon_get", "__canon_put", "__canon_delete", "__canon_scalar", "__canon_set_scalar", "__canon_charge"]) {
     delete globalThis[k];
   }
 
@@ -45,6 +46,59 @@
   globalThis.performance = { now: clock("performance.now()") };
   delete globalThis.WeakRef;
   delete globalThis.FinalizationRegistry;
+
+  // The CPU budget counts the interpreter's steps, but a built-in that
+  // walks an array runs in native code without counting: indexOf over an
+  // array whose length was set to 1e9 would take minutes. The built-ins
+  // that walk a length charge it to the budget first (n log n for a sort);
+  // over budget, the loop below makes the engine stop the mutation at its
+  // next count, as for any runaway.
+  const free = 4096;
+  function spend(n) {
+    if (host.charge(Math.min(n, 1e15)) === "over") {
+      for (;;) {}
+    }
+  }
+  function lengthOf(o) {
+    if (o === null || o === undefined) {
+      return 0;
+    }
+    const n = Number(o.length);
+    return n > 0 ? n : 0;
+  }
+  function guard(target, names, cost) {
+    for (const name of names) {
+      const orig = target[name];
+      if (typeof orig !== "function") {
+        continue;
+      }
+      const wrapped = {
+        [name](...args) {
+          const n = cost(this, args);
+          if (n > free) {
+            spend(n);
+          }
+          return Reflect.apply(orig, this, args);
+        },
+      }[name];
+      Object.defineProperty(target, name, { value: wrapped, writable: true, configurable: true, enumerable: false });
+    }
+  }
+  const linear = (self) => lengthOf(self);
+  const sorting = (self, args) => {
+    const n = lengthOf(self);
+    return args[0] === undefined ? n * Math.max(1, Math.log2(n)) : n;
+  };
+  const walks = ["concat", "copyWithin", "every", "fill", "filter", "find", "findIndex", "findLast", "findLastIndex", "flat", "flatMap",
+    "forEach", "includes", "indexOf", "join", "lastIndexOf", "map", "reduce", "reduceRight", "reverse", "shift", "slice", "some",
+    "splice", "toLocaleString", "toReversed", "toSpliced", "toString", "unshift", "with", "set", "subarray"];
+  guard(Array.prototype, walks, linear);
+  guard(Array.prototype, ["concat"], (self, args) => args.reduce((n, a) => n + lengthOf(a), lengthOf(self)));
+  guard(Array.prototype, ["sort", "toSorted"], sorting);
+  const typed = Object.getPrototypeOf(Int8Array.prototype);
+  guard(typed, walks, linear);
+  guard(typed, ["sort", "toSorted"], sorting);
+  guard(Array, ["from"], (self, args) => lengthOf(args[0]));
 
   const codeRule = /^[a-z][a-z0-9_]{0,31}$/;
   function fail(code, message) {
@@ -163,11 +217,14 @@
   function errorOf(e) {
     let code = "";
     let message;
-    if (e instanceof InternalError && (e.message === "out of memory" || e.message === "stack overflow")) {
-      code = e.message === "out of memory" ? "budget_exceeded" : "";
+    if (e instanceof InternalError && e.message === "out of memory") {
+      code = "budget_exceeded";
       message = e.message;
     } else if (e !== null && typeof e === "object" && "message" in e) {
-      message = String(e.message);
+      // A TypeError says so; an Error (or a subclass that keeps the name)
+      // is its message alone.
+      const name = typeof e.name === "string" && e.name !== "Error" && e.name !== "" ? e.name + ": " : "";
+      message = name + String(e.message);
       if (typeof e.code === "string" && codeRule.test(e.code)) {
         code = e.code;
       }
