@@ -36,12 +36,13 @@ func (b *bundleFlags) register(cmd *cobra.Command) {
 }
 
 func (b *bundleFlags) options() (bundle.Options, error) {
-	// Zero (a command without the flags) takes the defaults.
-	if b.cpu < 0 {
-		return bundle.Options{}, usageError{fmt.Errorf("--mutator-cpu-budget %d: give a positive number of steps (default %d)", b.cpu, bundle.DefaultCPUBudget)}
+	// Zero (a command without the flags) takes the defaults. A budget
+	// under its minimum would refuse every bundle: refuse it at start.
+	if b.cpu != 0 && b.cpu < bundle.MinCPUBudget {
+		return bundle.Options{}, usageError{fmt.Errorf("--mutator-cpu-budget %d: give at least %d steps (default %d)", b.cpu, bundle.MinCPUBudget, bundle.DefaultCPUBudget)}
 	}
-	if b.memory < 0 {
-		return bundle.Options{}, usageError{fmt.Errorf("--mutator-memory-budget %d: give a positive number of bytes (default %d)", b.memory, bundle.DefaultMemoryBudget)}
+	if b.memory != 0 && b.memory < bundle.MinMemoryBudget {
+		return bundle.Options{}, usageError{fmt.Errorf("--mutator-memory-budget %d: give at least %d bytes (default %d)", b.memory, bundle.MinMemoryBudget, bundle.DefaultMemoryBudget)}
 	}
 	return bundle.Options{CPUBudget: b.cpu, MemoryBudget: b.memory}, nil
 }
