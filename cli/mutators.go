@@ -245,8 +245,12 @@ func (f *mutatorsFlags) call(cmd *cobra.Command, method, path string, body []byt
 	if resp.StatusCode != http.StatusOK {
 		var ea wire.ErrorAnswer
 		if json.Unmarshal(b, &ea) == nil && ea.Error != nil {
-			ea.Error.Status = resp.StatusCode
-			return ea.Error
+			e := ea.Error
+			msg := fmt.Sprintf("%s %s: %d %s: %s", method, path, resp.StatusCode, e.Code, e.Message)
+			if e.Hint != "" {
+				msg += ": " + e.Hint
+			}
+			return errors.New(msg)
 		}
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
 	}
