@@ -171,6 +171,8 @@ export class Canon<M extends Mutators = Mutators> {
   private tasks: Task[] = [];
   private running = false;
   private persistBatch: Map<string, unknown> | undefined;
+  /** The item keys the storage holds, so that a full save deletes the others. */
+  private storedItems = new Set<string>();
   private persistChain: Promise<void> = Promise.resolve();
   private closed = false;
   private idleWaiters: (() => void)[] = [];
@@ -287,6 +289,7 @@ export class Canon<M extends Mutators = Mutators> {
       if (k.startsWith(K_ITEM)) {
         const it = v as StoredItem & {c: string; id: string};
         this.canon.setItem(it.c, it.id, {data: it.data, meta: it.meta, ...(it.hash && {hash: it.hash})});
+        this.storedItems.add(itemKey(it.c, it.id));
       } else if (k.startsWith(K_PENDING)) {
         const p = v as {id: number; name: string; args: JSONValue; ts: number};
         const e: Pending = {...p, durable: true, sent: false};
@@ -315,13 +318,22 @@ export class Canon<M extends Mutators = Mutators> {
     this.connect();
   }
 
-  /** close stops syncing; pending mutations stay in the storage for the next session. */
-  close(): void {
+  /**
+   * close stops syncing; pending mutations stay in the storage for the next
+   * session. It resolves once what the client wrote is in the storage.
+   */
+  async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
-    this.ws?.close(1000);
+    clearTimeout(this.pushTimer);
+    this.pollWake?.();
+    const ws = this.ws;
+    this.ws = undefined;
+    ws?.close(1000);
     this.setStatus('closed');
-    void this.persistChain.then(() => this.storage?.close?.());
+    await this.loaded.catch(() => {});
+    await this.persistChain.catch(() => {});
+    this.storage?.close?.();
   }
 
   private setStatus(s: Status): void {
@@ -371,17 +383,13 @@ export class Canon<M extends Mutators = Mutators> {
       }
     }
     this.running = false;
-    if (this.pending.length === 0) {
-      for (const w of this.idleWaiters.splice(0)) {
-        w();
-      }
-    }
+    this.wakeIdle();
   }
 
   /** settled resolves once no mutation is pending (every outcome is known). */
   async settled(): Promise<void> {
     await this.loaded;
-    if (this.pending.length === 0 && !this.running) {
+    if (this.pending.length === 0 && this.learning === 0 && !this.running) {
       return;
     }
     return new Promise(r => this.idleWaiters.push(r));
@@ -635,30 +643,30 @@ export class Canon<M extends Mutators = Mutators> {
     });
     const keys = all ? undefined : changed;
     if (keys === undefined) {
-      // Everything: delete what is not there any more, in one batch.
-      void this.storage.load().then(old => {
-        const b = new Map<string, unknown>();
-        for (const k of old.keys()) {
-          if (k.startsWith(K_ITEM)) {
-            b.set(k, undefined);
-          }
+      // Everything: what is not there any more is deleted, in the same batch.
+      for (const k of this.storedItems) {
+        batch.set(K_ITEM + k, undefined);
+      }
+      this.storedItems.clear();
+      for (const [c, m] of this.canon.collections) {
+        for (const [id, it] of m) {
+          const k = itemKey(c, id);
+          this.storedItems.add(k);
+          batch.set(K_ITEM + k, {c, id, data: it.data, meta: it.meta, hash: it.hash});
         }
-        for (const [c, m] of this.canon.collections) {
-          for (const [id, it] of m) {
-            b.set(K_ITEM + itemKey(c, id), {c, id, data: it.data, meta: it.meta, hash: it.hash});
-          }
-        }
-        for (const [k, v] of batch) {
-          b.set(k, v);
-        }
-        return this.persist(b);
-      });
+      }
+      void this.persist(batch);
       return;
     }
     for (const k of keys) {
       const [c, id] = splitKey(k);
       const it = this.canon.getItem(c, id);
       batch.set(K_ITEM + k, it && {c, id, data: it.data, meta: it.meta, hash: it.hash});
+      if (it) {
+        this.storedItems.add(k);
+      } else {
+        this.storedItems.delete(k);
+      }
     }
     void this.persist(batch);
   }
@@ -839,7 +847,27 @@ export class Canon<M extends Mutators = Mutators> {
   }
 
   /** learnOutcome asks the status API how a mutation decided before this view was decided (a previous session's). */
+  private learning = 0;
+
   private async learnOutcome(p: Pending): Promise<void> {
+    this.learning++;
+    try {
+      await this.learnOutcome1(p);
+    } finally {
+      this.learning--;
+      this.wakeIdle();
+    }
+  }
+
+  private wakeIdle(): void {
+    if (this.pending.length === 0 && this.learning === 0 && !this.running) {
+      for (const w of this.idleWaiters.splice(0)) {
+        w();
+      }
+    }
+  }
+
+  private async learnOutcome1(p: Pending): Promise<void> {
     try {
       const m = await this.retry(() => this.api.mutation(this.clientID, p.id));
       if (m.status === 'applied' || m.status === 'error') {

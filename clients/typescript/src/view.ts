@@ -139,6 +139,8 @@ export interface ReadTx {
   scalars(): JSONObject;
   /** A collection's items sorted by id. */
   collection(name: string): Array<Item & {id: string}>;
+  /** The names of the collections that have items, sorted. */
+  collections(): string[];
 }
 
 /**
@@ -188,6 +190,25 @@ export class Layers {
     return [...names].sort();
   }
 
+  collectionNames(): string[] {
+    const names = new Set<string>();
+    for (const [c, m] of this.base.collections) {
+      if (m.size) {
+        names.add(c);
+      }
+    }
+    const extra = new Set<string>();
+    for (const o of this.overlays) {
+      for (const k of o.items.keys()) {
+        extra.add(splitKey(k)[0]);
+      }
+    }
+    for (const c of extra) {
+      names.add(c);
+    }
+    return [...names].filter(c => this.collectionIds(c).length > 0).sort();
+  }
+
   collectionIds(name: string): string[] {
     this.deps?.collections.add(name);
     const ids = new Set(this.base.collections.get(name)?.keys() ?? []);
@@ -228,6 +249,9 @@ export function readTx(l: Layers): ReadTx {
         out[n] = clone(l.rawScalar(n)!);
       }
       return out;
+    },
+    collections() {
+      return l.collectionNames();
     },
     collection(name) {
       return l.collectionIds(name).map(id => {

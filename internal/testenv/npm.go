@@ -1,0 +1,41 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// NPMProject prepares the npm project in dir for a test that runs Node:
+// node and npm must be there (in CI their absence fails the test,
+// elsewhere it skips it), and `npm ci` installs the locked packages when
+// node_modules lacks the package named installed. It returns dir made
+// absolute.
+func NPMProject(tb testing.TB, dir, installed string) string {
+	tb.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if InCI() {
+				tb.Fatalf("%s is not installed: the test needs Node 20+ with npm", tool)
+			}
+			tb.Skipf("%s is not installed: the test needs Node 20+ with npm", tool)
+		}
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", installed)); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return dir
+}
