@@ -72,10 +72,13 @@ func lastLines(b []byte, n int) []byte {
 // stack is what canon dev serves a browser or Node app on one address:
 // the producer's HTTP push, the read API, and the websocket with pushes,
 // over a real broker.
-func stack(t *testing.T) *canontest.Stack {
+func stack(t *testing.T, extra ...func(mux *http.ServeMux)) *canontest.Stack {
 	t.Helper()
 	return canontest.Start(t, canontest.Options{Partitions: 2, Producer: &producer.Config{Partitions: 2},
 		Mount: func(s *canontest.Stack, mux *http.ServeMux) {
+			for _, f := range extra {
+				f(mux)
+			}
 			ra, err := readapi.New(readapi.Config{Store: s.Store, Keys: s.Keys.VerifyOnly()})
 			if err != nil {
 				t.Fatal(err)

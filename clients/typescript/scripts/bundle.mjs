@@ -7,6 +7,13 @@ import {dirname, join} from 'node:path';
 import {fileURLToPath} from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+if (process.argv.includes('--test-page')) {
+  // The page of the browser tests, with its HTML, into build/browser.
+  await build({entryPoints: [join(root, 'test', 'browser', 'page.ts')], bundle: true, format: 'esm', platform: 'browser',
+    target: 'es2022', outfile: join(root, 'build', 'browser', 'page.js')});
+  (await import('node:fs')).copyFileSync(join(root, 'test', 'browser', 'index.html'), join(root, 'build', 'browser', 'index.html'));
+  process.exit(0);
+}
 const r = await build({
   entryPoints: [join(root, 'src', 'index.ts')],
   bundle: true,

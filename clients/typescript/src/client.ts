@@ -315,6 +315,7 @@ export class Canon<M extends Mutators = Mutators> {
     if (!cs) {
       await this.loadState(undefined);
     }
+    this.watchNetwork();
     this.connect();
   }
 
@@ -324,6 +325,7 @@ export class Canon<M extends Mutators = Mutators> {
    */
   async close(): Promise<void> {
     this.closed = true;
+    this.unwatch?.();
     clearTimeout(this.timer);
     clearTimeout(this.pushTimer);
     this.pollWake?.();
@@ -910,6 +912,11 @@ export class Canon<M extends Mutators = Mutators> {
       void this.pollLoop();
       return;
     }
+    if (this.browserOffline()) {
+      // The browser knows it is offline: wait for its online event.
+      this.setStatus('offline');
+      return;
+    }
     this.setStatus('connecting');
     const WS = this.opts.WebSocket ?? globalThis.WebSocket;
     // Resume after what is applied: wait for what was received to be.
@@ -951,6 +958,42 @@ export class Canon<M extends Mutators = Mutators> {
   }
 
   private lastCloseError: wire.WebsocketError['error'] | undefined;
+
+  private browserOffline(): boolean {
+    const nav = (globalThis as {navigator?: {onLine?: boolean}}).navigator;
+    return typeof window !== 'undefined' && nav?.onLine === false;
+  }
+
+  /** watchNetwork follows the browser's online and offline events. */
+  private watchNetwork(): void {
+    if (typeof window === 'undefined' || typeof window.addEventListener !== 'function') {
+      return;
+    }
+    const offline = () => {
+      const ws = this.ws;
+      this.ws = undefined;
+      ws?.close(4000 + 998);
+      if (ws) {
+        this.onClose(1006, 'offline');
+      }
+    };
+    const online = () => {
+      if (this.closed || this.ws || this.mode === 'http') {
+        return;
+      }
+      clearTimeout(this.timer);
+      this.attempts = 0;
+      this.connect();
+    };
+    window.addEventListener('offline', offline);
+    window.addEventListener('online', online);
+    this.unwatch = () => {
+      window.removeEventListener('offline', offline);
+      window.removeEventListener('online', online);
+    };
+  }
+
+  private unwatch: (() => void) | undefined;
 
   private onClose(code: number, reason: string): void {
     this.setStatus('offline');

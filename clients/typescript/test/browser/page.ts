@@ -1,0 +1,75 @@
+// The page of the browser tests (typescript_test.go): the client with
+// IndexedDB storage, driven from Go through window.canonTest.
+
+import {Canon, type Outcome} from '../../src/index.js';
+import type {Tx} from '../../src/mutators.js';
+
+const app = {
+  // The server does not have it: its outcome is unknown_mutator, and the
+  // optimistic change is rolled back.
+  'note.bump'(tx: Tx, a: {id: string}) {
+    const it = tx.get('notes', a.id);
+    tx.put('notes', a.id, {...(it?.data as object), bumped: true});
+  },
+};
+
+let canon: Canon<typeof app> | undefined;
+const outcomes: Outcome[] = [];
+const learned: string[] = [];
+let renders = 0;
+
+function view() {
+  return canon!.query(tx => {
+    const items: {[k: string]: unknown} = {};
+    for (const c of tx.collections()) {
+      for (const it of tx.collection(c)) {
+        items[`${c}/${it.id}`] = it.data;
+      }
+    }
+    return {version: tx.version, scalars: tx.scalars(), items};
+  });
+}
+
+const api = {
+  start(server: string, token: string, project: string) {
+    canon = new Canon({server, token, org: 'acme', project, mutators: app, onOutcome: o => learned.push(`${o.id}:${o.status}`), onError: e => console.warn(e.code, e.message)});
+    canon.subscribe({collection: 'notes'}, () => renders++);
+    return canon.storageLoaded().then(() => canon!.clientID);
+  },
+  status: () => canon?.status ?? 'none',
+  version: () => canon?.version ?? -1,
+  pending: () => canon?.pendingCount ?? -1,
+  client: () => canon?.clientID ?? '',
+  view: () => JSON.stringify(view()),
+  learned: () => learned.length,
+  // n edits without waiting: a splice at the start of the shared text
+  // and a put of an item of this page's, each.
+  edits(tag: string, n: number) {
+    for (let i = 0; i < n; i++) {
+      canon!.mutate['item.splice']({collection: 'notes', id: 'shared', path: '/text', index: 0, insert: tag}).then(o => outcomes.push(o), () => {});
+      canon!.mutate['item.put']({collection: 'items', id: `${tag}${i}`, data: {i, tag}}).then(o => outcomes.push(o), () => {});
+    }
+    return canon!.pendingCount;
+  },
+  put(collection: string, id: string, data: unknown) {
+    return canon!.mutate['item.put']({collection, id, data: data as never}).then(o => JSON.stringify(o));
+  },
+  async rollback() {
+    const p = canon!.mutate['note.bump']({id: 'shared'});
+    await Promise.resolve();
+    const before = (canon!.query({item: {collection: 'notes', id: 'shared'}})?.data as {bumped?: boolean}).bumped === true;
+    const o = await p;
+    await canon!.settled();
+    const after = (canon!.query({item: {collection: 'notes', id: 'shared'}})?.data as {bumped?: boolean}).bumped === true;
+    return JSON.stringify({before, after, o});
+  },
+  settled: () => canon!.settled().then(() => true),
+  outcomes: () => outcomes.length,
+  errors: () => outcomes.filter(o => o.status !== 'applied').length,
+  renders: () => renders,
+  // Time the rebase of what is pending: mutations of this page while it is offline, then one canonical version.
+  close: () => canon!.close().then(() => true),
+};
+
+(window as unknown as {canonTest: typeof api}).canonTest = api;
+document.title = 'canon client test';
