@@ -6,7 +6,7 @@
 import {CanonError} from './errors.js';
 import {Api, type Fetch} from './http.js';
 import {canonical, equal, sha256Hex, utf8Length, type JSONObject, type JSONValue} from './json.js';
-import {builtins, checkMutators, Limits, run, type LocalResult, type MutationInfo, type Mutator, type Mutators} from './mutators.js';
+import {builtins, checkMutators, guarded, Limits, run, type LocalResult, type MutationInfo, type Mutator, type Mutators} from './mutators.js';
 import {browserStorage, MemoryStorage, type Storage} from './storage.js';
 import {Canonical, Changes, Deps, itemKey, Layers, Overlay, readTx, splitKey, type Item, type ReadTx, type StoredItem} from './view.js';
 import type * as wire from './wire.js';
@@ -467,6 +467,10 @@ export class Canon<M extends Mutators = Mutators> {
 
   /** rebase re-applies every pending mutation over the canonical view. */
   private rebase(ch: Changes, force = false): void | Promise<void> {
+    return guarded(() => this.rebase1(ch, force));
+  }
+
+  private rebase1(ch: Changes, force: boolean): void | Promise<void> {
     const old = this.local;
     const next = new Overlay();
     ch.addOverlay(old);

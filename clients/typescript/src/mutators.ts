@@ -126,6 +126,54 @@ function checkID(field: string, id: unknown): string {
   return id;
 }
 
+/** checkJSON throws naming the field (as the server's sandbox does) when v is not a JSON value. */
+function checkJSON(v: unknown, path: string, stack: unknown[]): void {
+  switch (typeof v) {
+    case 'string':
+    case 'boolean':
+      return;
+    case 'number':
+      if (!Number.isFinite(v)) {
+        throw new MutatorError('invalid_args', `${path} is ${String(v)}, which is not JSON (numbers must be finite)`);
+      }
+      return;
+    case 'object': {
+      if (v === null) {
+        return;
+      }
+      if (stack.includes(v)) {
+        throw new MutatorError('invalid_args', `${path} refers to itself (a cycle), which is not JSON`);
+      }
+      stack.push(v);
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          checkJSON(v[i], `${path}[${i}]`, stack);
+        }
+      } else {
+        const proto = Object.getPrototypeOf(v) as {constructor?: {name?: unknown}} | null;
+        if (proto !== Object.prototype && proto !== null) {
+          const name = typeof proto?.constructor?.name === 'string' ? proto.constructor.name : 'an object with a prototype';
+          throw new MutatorError('invalid_args', `${path} is a ${name}, which is not JSON: use a plain object`);
+        }
+        for (const k of Object.keys(v)) {
+          checkJSON((v as Record<string, unknown>)[k], `${path}.${k}`, stack);
+        }
+      }
+      stack.pop();
+      return;
+    }
+    default:
+      throw new MutatorError('invalid_args', `${path} is ${v === undefined ? 'undefined' : 'a ' + typeof v}, which is not JSON`);
+  }
+}
+
+function mustString(v: unknown, what: string): string {
+  if (typeof v !== 'string') {
+    throw new MutatorError('invalid_args', `${what} must be a string, not ${v === null ? 'null' : typeof v}`);
+  }
+  return v;
+}
+
 /** The Tx of one mutation: reads through the layers, writes into its own overlay. */
 export class LocalTx implements Tx {
   readonly writes = new Overlay();
@@ -140,23 +188,28 @@ export class LocalTx implements Tx {
   }
 
   get(collection: string, id: string): Item | undefined {
-    const it = this.layers.rawItem(collection, id);
+    const it = this.layers.rawItem(mustString(collection, 'tx.get: collection'), mustString(id, 'tx.get: id'));
     return it && {data: clone(it.data), meta: clone(it.meta)};
   }
 
   has(collection: string, id: string): boolean {
-    return this.layers.rawItem(collection, id) !== undefined;
+    return this.layers.rawItem(mustString(collection, 'tx.has: collection'), mustString(id, 'tx.has: id')) !== undefined;
   }
 
-  put(collection: string, id: string, data: JSONValue, meta: JSONObject = {}): void {
+  put(collection: string, id: string, data: JSONValue, meta?: JSONObject): void {
+    mustString(collection, 'tx.put: collection');
+    mustString(id, 'tx.put: id');
+    const at = `tx.put ${collection}/${id}`;
+    checkJSON(data, `${at}: data`, []);
+    if (meta === undefined) {
+      meta = {};
+    } else if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) {
+      throw new MutatorError('invalid_args', `${at}: meta must be an object, not ${meta === null ? 'null' : Array.isArray(meta) ? 'an array' : typeof meta}`);
+    } else {
+      checkJSON(meta, `${at}: meta`, []);
+    }
     checkCollection('collection', collection);
     checkID('id', id);
-    if (!isObject(meta)) {
-      throw argErr('meta', `must be a JSON object, not ${kind(meta)}`);
-    }
-    if (data === undefined) {
-      throw argErr('data', 'is required (any JSON value)');
-    }
     const m = canonical(meta), d = canonical(data);
     if (m.length > Limits.maxMetaBytes && utf8Length(m) > Limits.maxMetaBytes) {
       throw new MutatorError('too_large', `item ${collection}/${id}: meta of ${utf8Length(m)} bytes is over the limit of ${Limits.maxMetaBytes} bytes (MaxMetaBytes)`);
@@ -169,6 +222,8 @@ export class LocalTx implements Tx {
   }
 
   delete(collection: string, id: string): boolean {
+    mustString(collection, 'tx.delete: collection');
+    mustString(id, 'tx.delete: id');
     if (!this.has(collection, id)) {
       return false;
     }
@@ -177,15 +232,16 @@ export class LocalTx implements Tx {
   }
 
   scalar(name: string): JSONValue | undefined {
-    return clone(this.layers.rawScalar(name));
+    return clone(this.layers.rawScalar(mustString(name, 'tx.scalar: name')));
   }
 
   setScalar(name: string, value: JSONValue | null): void {
+    mustString(name, 'tx.setScalar: name');
+    if (value !== null) {
+      checkJSON(value, `tx.setScalar ${name}: value`, []);
+    }
     if (!SCALAR.test(name)) {
       throw argErr(name, `${JSON.stringify(name)} is not a valid scalar name: use 1-64 letters, digits or '_', starting with a letter`);
-    }
-    if (value === undefined) {
-      throw argErr(name, 'is undefined: give a JSON value, or null to delete the scalar');
     }
     this.writes.scalars.set(name, value === null ? null : (JSON.parse(canonical(value)) as JSONValue));
   }
@@ -337,59 +393,121 @@ export const builtins: Mutators = {
 export type LocalResult = {ok: true; writes: Overlay} | {ok: false; code: string; message: string};
 
 function failure(e: unknown): LocalResult {
-  if (e instanceof Error) {
+  if (e !== null && typeof e === 'object' && 'message' in e) {
     const code = (e as {code?: unknown}).code;
-    return {ok: false, code: typeof code === 'string' && ERROR_CODE.test(code) ? code : 'mutator_error', message: e.message};
+    return {ok: false, code: typeof code === 'string' && ERROR_CODE.test(code) ? code : 'mutator_error', message: String((e as {message: unknown}).message)};
   }
-  return {ok: false, code: 'mutator_error', message: String(e)};
+  let s: string;
+  try {
+    s = typeof e === 'string' ? JSON.stringify(e) : String(e);
+  } catch {
+    s = typeof e;
+  }
+  return {ok: false, code: 'mutator_error', message: `the mutator threw ${s}, not an Error: throw new Error("message")`};
 }
 
-// Determinism: while a mutator runs, the clock and randomness throw, as in
-// the server's sandbox. The guards cover a mutator's synchronous run; an
-// async mutator is covered up to its first await.
-type Saved = {now: typeof Date.now; random: typeof Math.random; perf?: () => number; Date: DateConstructor};
+// Determinism: while a mutator runs, the clock and randomness throw and
+// timers, fetch and weak references are not there, as in the server's
+// sandbox (with its messages). The guards cover a mutator's synchronous
+// run; an async mutator is covered up to its first await.
+const HIDDEN = ['setTimeout', 'setInterval', 'setImmediate', 'queueMicrotask', 'fetch', 'WeakRef', 'FinalizationRegistry', 'XMLHttpRequest', 'WebSocket'] as const;
+type Saved = {random: typeof Math.random; perf?: () => number; Date: DateConstructor; hidden: Map<string, unknown>};
 let guardDepth = 0;
 let saved: Saved | undefined;
 
-function nondeterministic(what: string): never {
-  throw new MutatorError('mutator_error', `${what} is not allowed in a mutator: it must decide the same on every replay; use tx.now()`);
-}
+const clock = (what: string) => (): never => {
+  throw new Error(`${what} reads the wall clock, which a mutator must not do: use tx.now(), the mutation's log time`);
+};
 
 function guard(): void {
   if (guardDepth++ > 0) {
     return;
   }
+  const g = globalThis as unknown as Record<string, unknown>;
   const RealDate = Date;
-  saved = {now: Date.now, random: Math.random, Date: RealDate};
-  Date.now = () => nondeterministic('Date.now()');
-  Math.random = () => nondeterministic('Math.random()');
+  saved = {random: Math.random, Date: RealDate, hidden: new Map()};
+  Math.random = () => {
+    throw new Error('Math.random() is not deterministic, which a mutator must be: take ids and random choices from the args, or derive them from tx.mutation');
+  };
   const perf = globalThis.performance;
   if (perf) {
     saved.perf = perf.now;
-    perf.now = () => nondeterministic('performance.now()');
+    perf.now = clock('performance.now()');
   }
-  const Guarded = function (this: unknown, ...a: unknown[]) {
-    if (a.length === 0) {
-      nondeterministic('new Date() without arguments');
+  const SafeDate = function (this: unknown, ...a: unknown[]) {
+    if (new.target === undefined) {
+      return clock('Date()')();
     }
-    return new (RealDate as unknown as new (...x: unknown[]) => Date)(...a);
+    if (a.length === 0) {
+      return clock('new Date() without arguments')();
+    }
+    return Reflect.construct(RealDate, a, new.target);
   } as unknown as DateConstructor;
-  Object.setPrototypeOf(Guarded, RealDate);
-  (Guarded as {prototype: Date}).prototype = RealDate.prototype;
-  globalThis.Date = Guarded;
+  Object.defineProperty(SafeDate, 'prototype', {value: RealDate.prototype});
+  (SafeDate as {UTC: unknown}).UTC = RealDate.UTC;
+  (SafeDate as {parse: unknown}).parse = RealDate.parse;
+  (SafeDate as {now: unknown}).now = clock('Date.now()');
+  g.Date = SafeDate;
+  for (const k of HIDDEN) {
+    if (k in g) {
+      saved.hidden.set(k, g[k]);
+      g[k] = undefined;
+    }
+  }
 }
 
 function unguard(): void {
   if (--guardDepth > 0 || !saved) {
     return;
   }
-  globalThis.Date = saved.Date;
-  Date.now = saved.now;
+  const g = globalThis as unknown as Record<string, unknown>;
+  g.Date = saved.Date;
   Math.random = saved.random;
   if (saved.perf && globalThis.performance) {
     globalThis.performance.now = saved.perf;
   }
+  for (const [k, v] of saved.hidden) {
+    g[k] = v;
+  }
   saved = undefined;
+}
+
+/**
+ * guarded runs f with the determinism guards set once, so that the many
+ * mutator runs of a rebase do not each swap the globals.
+ */
+export function guarded<T>(f: () => T): T {
+  guard();
+  try {
+    return f();
+  } finally {
+    unguard();
+  }
+}
+
+// A mutator has no timers and no I/O: its promise settles within the
+// microtasks of its run. One that has not by the next macrotask never will.
+const realSetTimeout = globalThis.setTimeout.bind(globalThis);
+
+function settleOrFail(name: string, p: Promise<void>): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let done = false;
+    p.then(
+      () => {
+        done = true;
+        resolve();
+      },
+      e => {
+        done = true;
+        reject(e);
+      },
+    );
+    realSetTimeout(() => {
+      if (!done) {
+        reject(new Error(`mutator ${name}: its promise never settled: it awaits something that never resolves (a mutator has no timers and no I/O to wait for)`));
+      }
+    }, 0);
+  });
 }
 
 /**
@@ -420,7 +538,7 @@ export function run(fn: Mutator | undefined, info: MutationInfo, args: JSONValue
     return {ok: true, writes: tx.writes};
   };
   if (r && typeof (r as Promise<void>).then === 'function') {
-    return (r as Promise<void>).then(done, failure);
+    return settleOrFail(info.name, r as Promise<void>).then(done, failure);
   }
   return done();
 }

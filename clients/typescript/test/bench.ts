@@ -93,14 +93,19 @@ async function rebase1000(): Promise<number> {
   if (c.pendingCount !== 1000) {
     throw new Error(`${c.pendingCount} pending`);
   }
-  const t0 = performance.now();
-  const r = (c as unknown as {rebase(ch: Changes): void | Promise<void>}).rebase(new Changes());
-  if (r instanceof Promise) {
-    await r;
+  // Seven rebases of the same queue; the round's figure is their median.
+  const ds: number[] = [];
+  for (let k = 0; k < 7; k++) {
+    const t0 = performance.now();
+    const r = (c as unknown as {rebase(ch: Changes): void | Promise<void>}).rebase(new Changes());
+    if (r instanceof Promise) {
+      await r;
+    }
+    ds.push(performance.now() - t0);
+    await tick();
   }
-  const d = performance.now() - t0;
   void c.close();
-  return d;
+  return median(ds);
 }
 
 const canonP50: number[] = [], canonP99: number[] = [], repP50: number[] = [], repP99: number[] = [], rebase: number[] = [];

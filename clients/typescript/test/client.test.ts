@@ -374,7 +374,7 @@ test('mutators cannot read the clock or randomness', async () => {
       msg = r.message;
       assert.equal(r.code, 'mutator_error');
     }
-    assert.match(msg, /tx\.now\(\)/, name);
+    assert.match(msg, /tx\.now\(\)|not deterministic/, name);
   }
   assert.equal(typeof Date.now(), 'number', 'the guards are lifted after the run');
   assert.equal(typeof Math.random(), 'number');
