@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -105,8 +106,8 @@ func offline(off bool) chromedp.Action[chromedp.Void] {
 // Two tabs of one browser run the client on one project of a real Canon
 // (IndexedDB storage, one client each through the storage's slot locks):
 // they converge under concurrent edits; a tab taken offline by network
-// emulation makes 200 edits while the other edits, and both converge once
-// it is back; a change Canon refuses is rolled back; a tab reloaded in the
+// emulation makes 500 edits (1,000 pending mutations, rebased on the other
+// tab's versions) while the other edits, and both converge once it is back; a change Canon refuses is rolled back; a tab reloaded in the
 // middle of pushing 100 mutations resumes them from IndexedDB: each is
 // applied once. (A version gap and a reset on the socket are tested in
 // Node against a fake server: test/client.test.ts.)
@@ -172,19 +173,37 @@ func TestBrowserTabs(t *testing.T) {
 		}
 	}
 
+	// Edit in A -> seen by B's subscriber, 200 times, one at a time.
+	b.eval(t, "watch()")
+	var lat []float64
+	for i := range 200 {
+		var t0, t1 float64
+		if err := json.Unmarshal([]byte(a.eval(t, fmt.Sprintf("edit(%d)", i))), &t0); err != nil {
+			t.Fatal(err)
+		}
+		b.do(t, "see the edit", until(fmt.Sprintf("window.canonTest.seenAt(%d) > 0", i)))
+		if err := json.Unmarshal([]byte(b.eval(t, fmt.Sprintf("seenAt(%d)", i))), &t1); err != nil {
+			t.Fatal(err)
+		}
+		lat = append(lat, t1-t0)
+	}
+	slices.Sort(lat)
+	t.Logf("edit in tab A -> tab B's subscriber, 200 edits: p50 %.1f ms, p99 %.1f ms, max %.1f ms", lat[100], lat[198], lat[199])
+
 	// Concurrent edits: 100 mutations each, at once.
 	a.eval(t, `edits("a", 50)`)
 	b.eval(t, `edits("b", 50)`)
 	converged("concurrent edits")
 
-	// A goes offline, makes 200 edits; B makes 100 meanwhile.
+	// A goes offline and makes 500 edits (1,000 mutations); B makes 100
+	// meanwhile, whose versions A rebases its 1,000 pending ones on.
 	a.do(t, "go offline", offline(true), until(`window.canonTest.status() === "offline"`))
-	if n := a.eval(t, `edits("o", 100)`); n != "200" {
+	if n := a.eval(t, `edits("o", 500)`); n != "1000" {
 		t.Fatalf("pending offline: %s", n)
 	}
 	b.eval(t, `edits("p", 50)`)
 	b.do(t, "B's edits", until(`window.canonTest.pending() === 0`))
-	if p := a.eval(t, "pending()"); p != "200" {
+	if p := a.eval(t, "pending()"); p != "1000" {
 		t.Fatalf("A pushed while offline: %s pending", p)
 	}
 	a.do(t, "back online", offline(false))
@@ -220,11 +239,12 @@ func TestBrowserTabs(t *testing.T) {
 		t.Fatal(err)
 	}
 	get(t, s, "/v1/projects/acme/tabs/clients/"+id, &cl)
-	// 1 seed, 100 concurrent, 200 offline, 1 refused, 100 around the reload.
-	if cl.LastMutationID != 402 {
-		t.Fatalf("Canon's last id of tab A is %d, want 402", cl.LastMutationID)
+	// 1 seed, 200 timed, 100 concurrent, 1,000 offline, 1 refused, 100
+	// around the reload.
+	if cl.LastMutationID != 1402 {
+		t.Fatalf("Canon's last id of tab A is %d, want 1402", cl.LastMutationID)
 	}
-	for id2, want := range map[int]string{1: "applied", 301: "applied", 302: "error", 303: "applied", 402: "applied"} {
+	for id2, want := range map[int]string{1: "applied", 1301: "applied", 1302: "error", 1303: "applied", 1402: "applied"} {
 		var m readapi.MutationResponse
 		get(t, s, fmt.Sprintf("/v1/projects/acme/tabs/clients/%s/mutations/%d", id, id2), &m)
 		if m.Status != want {

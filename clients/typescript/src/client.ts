@@ -467,20 +467,26 @@ export class Canon<M extends Mutators = Mutators> {
 
   /** rebase re-applies every pending mutation over the canonical view. */
   private rebase(ch: Changes, force = false): void | Promise<void> {
-    return guarded(() => this.rebase1(ch, force));
-  }
-
-  private rebase1(ch: Changes, force: boolean): void | Promise<void> {
     const old = this.local;
-    const next = new Overlay();
-    ch.addOverlay(old);
-    const finish = () => {
+    const finish = (next: Overlay) => {
       this.local = next;
+      ch.addOverlay(old);
       ch.addOverlay(next);
+      // Subscribers run outside the determinism guards.
       if (!ch.empty || force) {
         this.notify(ch, force);
       }
     };
+    const r = guarded(() => this.rebaseRuns());
+    if (r instanceof Promise) {
+      return r.then(finish);
+    }
+    finish(r);
+  }
+
+  /** rebaseRuns runs the pending mutations over the canonical view into a new overlay. */
+  private rebaseRuns(): Overlay | Promise<Overlay> {
+    const next = new Overlay();
     for (let i = 0; i < this.pending.length; i++) {
       const p = this.pending[i]!;
       const r = run(this.mutators[p.name], this.info(p), p.args, p.ts, new Layers(this.canon, [next]));
@@ -498,14 +504,14 @@ export class Canon<M extends Mutators = Mutators> {
             const q = this.pending[j]!;
             res = await run(this.mutators[q.name], this.info(q), q.args, q.ts, new Layers(this.canon, [next]));
           }
-          finish();
+          return next;
         })();
       }
       if (r.ok) {
         r.writes.mergeInto(next);
       }
     }
-    finish();
+    return next;
   }
 
   private persist(batch: Map<string, unknown>): Promise<void> {

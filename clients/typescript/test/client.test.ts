@@ -382,6 +382,20 @@ test('mutators cannot read the clock or randomness', async () => {
   c.close();
 });
 
+test('subscribers run outside the determinism guards, also on a rebase', async () => {
+  const s = new FakeCanon(todo);
+  const c = client(s);
+  await c.ready;
+  const times: number[] = [];
+  c.subscribe({collection: 'notes'}, () => times.push(Date.now() + Math.random() * 0 + performance.now() * 0));
+  await c.mutate['item.put']({collection: 'notes', id: 'a', data: 1});
+  await s.decide('g2', [{client: 'o', id: 1, name: 'item.put', args: {collection: 'notes', id: 'b', data: 2}}]);
+  await until('the other version', () => c.version === 2);
+  assert.equal(times.length, 3);
+  assert.ok(times.every(t => typeof t === 'number' && t > 0));
+  c.close();
+});
+
 test('bad options and bundles are refused with what to fix', () => {
   assert.throws(() => new Canon({server: '', token: 't', org: 'a', project: 'p'}), /options.server is required/);
   assert.throws(() => new Canon({server: 'http://x', token: '', org: 'a', project: 'p'}), /options.token is required/);

@@ -17,6 +17,7 @@ let canon: Canon<typeof app> | undefined;
 const outcomes: Outcome[] = [];
 const learned: string[] = [];
 let renders = 0;
+const seen = new Map<number, number>();
 
 function view() {
   return canon!.query(tx => {
@@ -69,6 +70,24 @@ const api = {
   renders: () => renders,
   // Time the rebase of what is pending: mutations of this page while it is offline, then one canonical version.
   close: () => canon!.close().then(() => true),
+  // Latency between tabs: the editing tab notes when it edited, the
+  // watching one when its subscriber saw the edit (performance.timeOrigin
+  // makes the two clocks one).
+  watch() {
+    canon!.subscribe({item: {collection: 'notes', id: 'latency'}}, it => {
+      const seq = (it?.data as {seq?: number} | undefined)?.seq;
+      if (seq !== undefined && !seen.has(seq)) {
+        seen.set(seq, performance.timeOrigin + performance.now());
+      }
+    });
+    return true;
+  },
+  edit(seq: number) {
+    const t = performance.timeOrigin + performance.now();
+    void canon!.mutate['item.put']({collection: 'notes', id: 'latency', data: {seq}});
+    return t;
+  },
+  seenAt: (seq: number) => seen.get(seq) ?? 0,
 };
 
 (window as unknown as {canonTest: typeof api}).canonTest = api;
