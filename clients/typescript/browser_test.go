@@ -170,6 +170,8 @@ func TestBrowserTabs(t *testing.T) {
 			if got := normalize(t, []byte(v)); !bytes.Equal(got, want) {
 				t.Fatalf("%s: %s: the tab's view\n %s\nCanon's\n %s", what, tb.name, got, want)
 			}
+			// The React view (useQuery) shows the same.
+			tb.do(t, what+": React view", until(`window.canonTest.rendered() === window.canonTest.expected()`))
 		}
 	}
 

@@ -9,8 +9,8 @@ import {fileURLToPath} from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 if (process.argv.includes('--test-page')) {
   // The page of the browser tests, with its HTML, into build/browser.
-  await build({entryPoints: [join(root, 'test', 'browser', 'page.ts')], bundle: true, format: 'esm', platform: 'browser',
-    target: 'es2022', outfile: join(root, 'build', 'browser', 'page.js')});
+  await build({entryPoints: [join(root, 'test', 'browser', 'page.tsx')], bundle: true, format: 'esm', platform: 'browser',
+    target: 'es2022', jsx: 'automatic', outfile: join(root, 'build', 'browser', 'page.js')});
   (await import('node:fs')).copyFileSync(join(root, 'test', 'browser', 'index.html'), join(root, 'build', 'browser', 'index.html'));
   process.exit(0);
 }

@@ -1,8 +1,22 @@
 // The page of the browser tests (typescript_test.go): the client with
 // IndexedDB storage, driven from Go through window.canonTest.
 
+import {createRoot} from 'react-dom/client';
 import {Canon, type Outcome} from '../../src/index.js';
 import type {Tx} from '../../src/mutators.js';
+import {useQuery} from '../../src/react.js';
+
+// A React view of the client's local view through useQuery: the test reads
+// what it rendered.
+function Notes({canon}: {canon: Canon<typeof app>}) {
+  const items = useQuery(canon, {collection: 'items'});
+  const shared = useQuery(canon, {item: {collection: 'notes', id: 'shared'}});
+  return (
+    <p>
+      <span id="items">{items.length}</span> items, shared text <span id="shared">{((shared?.data as {text?: string}) ?? {}).text?.length ?? -1}</span> long
+    </p>
+  );
+}
 
 const app = {
   // The server does not have it: its outcome is unknown_mutator, and the
@@ -35,6 +49,10 @@ const api = {
   start(server: string, token: string, project: string) {
     canon = new Canon({server, token, org: 'acme', project, mutators: app, onOutcome: o => learned.push(`${o.id}:${o.status}`), onError: e => console.warn(e.code, e.message)});
     canon.subscribe({collection: 'notes'}, () => renders++);
+    const root = document.createElement('div');
+    root.id = 'react';
+    document.body.append(root);
+    createRoot(root).render(<Notes canon={canon} />);
     return canon.storageLoaded().then(() => canon!.clientID);
   },
   status: () => canon?.status ?? 'none',
@@ -42,6 +60,12 @@ const api = {
   pending: () => canon?.pendingCount ?? -1,
   client: () => canon?.clientID ?? '',
   view: () => JSON.stringify(view()),
+  // What the React view shows: the count of items and the shared text's length.
+  rendered: () => `${document.querySelector('#items')?.textContent}/${document.querySelector('#shared')?.textContent}`,
+  expected: () => {
+    const v = view();
+    return `${Object.keys(v.items).filter(k => k.startsWith('items/')).length}/${((v.items['notes/shared'] as {text?: string}) ?? {}).text?.length ?? -1}`;
+  },
   learned: () => learned.length,
   // n edits without waiting: a splice at the start of the shared text
   // and a put of an item of this page's, each.
