@@ -12,8 +12,9 @@ import (
 // NPMProject prepares the npm project in dir for a test that runs Node:
 // node and npm must be there (in CI their absence fails the test,
 // elsewhere it skips it), and `npm ci` installs the locked packages when
-// node_modules lacks the package named installed. It returns dir made
-// absolute.
+// node_modules lacks the package named installed or is older than
+// package-lock.json (the lock changed since the last install). It returns
+// dir made absolute.
 func NPMProject(tb testing.TB, dir, installed string) string {
 	tb.Helper()
 	for _, tool := range []string{"node", "npm"} {
@@ -28,7 +29,7 @@ func NPMProject(tb testing.TB, dir, installed string) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", installed)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", installed)); err != nil || stale(dir) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
@@ -38,4 +39,15 @@ func NPMProject(tb testing.TB, dir, installed string) string {
 		}
 	}
 	return dir
+}
+
+// stale tells whether package-lock.json is newer than the lock npm wrote
+// into node_modules when it last installed.
+func stale(dir string) bool {
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		return false
+	}
+	installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
+	return err != nil || lock.ModTime().After(installed.ModTime())
 }

@@ -5,6 +5,12 @@ import {createRoot} from 'react-dom/client';
 import {Canon, type Outcome} from '../../src/index.js';
 import type {Tx} from '../../src/mutators.js';
 import {useQuery} from '../../src/react.js';
+import {Changes} from '../../src/view.js';
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
 
 // A React view of the client's local view through useQuery: the test reads
 // what it rendered.
@@ -112,6 +118,40 @@ const api = {
     return t;
   },
   seenAt: (seq: number) => seen.get(seq) ?? 0,
+  // mutate -> subscriber called, n times: the median in ms.
+  async localLatency(n: number) {
+    let at = 0;
+    let want = -1;
+    const off = canon!.subscribe({item: {collection: 'notes', id: 'local'}}, it => {
+      if ((it?.data as {seq?: number} | undefined)?.seq === want) {
+        at = performance.now();
+      }
+    });
+    const ds: number[] = [];
+    for (let i = 0; i < n; i++) {
+      want = i;
+      at = 0;
+      const t0 = performance.now();
+      void canon!.mutate['item.put']({collection: 'notes', id: 'local', data: {seq: i}});
+      while (at === 0) {
+        await Promise.resolve();
+      }
+      ds.push(at - t0);
+      await new Promise(r => setTimeout(r, 0));
+    }
+    off();
+    return median(ds);
+  },
+  // The rebase of what is pending (offline: nothing is decided meanwhile), 7 times: the median in ms.
+  async rebaseTime() {
+    const ds: number[] = [];
+    for (let k = 0; k < 7; k++) {
+      const t0 = performance.now();
+      await (canon as unknown as {rebase(ch: Changes): void | Promise<void>}).rebase(new Changes());
+      ds.push(performance.now() - t0);
+    }
+    return median(ds);
+  },
 };
 
 (window as unknown as {canonTest: typeof api}).canonTest = api;
