@@ -150,7 +150,7 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
 	v.arm(opts)
-	r, err := v.js.Call("__canon_names")
+	r, err := v.names.Call(quickjs.UndefinedValue)
 	if err != nil {
 		err = v.budgetErr(err, opts, "loading the bundle")
 		v.close()
@@ -158,11 +158,11 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 	}
 	s, _ := r.(string)
 	if strings.HasPrefix(s, "E") {
-		v.close()
 		_, err := outcome(s)
 		if err = memoryErr(v, err, opts, "loading the bundle"); model.ErrorCode(err) != CodeBudgetExceeded {
 			err = fmt.Errorf("loading the bundle: %w", err)
 		}
+		v.close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
 	var members [][2]string
@@ -364,10 +364,10 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now 
 // code saw (the prelude gives it the code budget_exceeded), and marks
 // the VM for disposal; other errors it returns as they are.
 func memoryErr(v *vm, err error, opts Options, doing string) error {
-	if err == nil {
+	if err == nil && !v.overMemory() {
 		return nil
 	}
-	if model.ErrorCode(err) == CodeBudgetExceeded {
+	if v.overMemory() || model.ErrorCode(err) == CodeBudgetExceeded {
 		v.broken = true
 		return model.WithCode(CodeBudgetExceeded, fmt.Errorf("%s ran over the memory budget of %s (--mutator-memory-budget)", doing, bytesString(opts.MemoryBudget)))
 	}

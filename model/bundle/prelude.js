@@ -1,9 +1,9 @@
 // The sandbox of a mutator bundle. It runs once per engine instance (VM),
-// before the bundle, then freezes every object reachable from the global
+// after the bundle's loader was defined, then freezes every object reachable from the global
 // object, so that nothing a mutation does to globals or built-ins can be
 // seen by the next one. The bundle itself is a loader function that
 // __canon_run calls afresh for every mutation: its module-level variables
-// are new each time.
+// are new each time. Its value is the object of its entry points.
 (function () {
   "use strict";
   const host = {
@@ -244,7 +244,7 @@
   delete globalThis.__canon_load;
   let state = { done: true, res: "" };
 
-  // __canon_names lists the bundle's exports for Compile: "E" + error, or
+  // names lists the bundle's exports for Compile: "E" + error, or
   // "V" + JSON [[name, typeof member]...].
   const names = function () {
     let mods;
@@ -335,9 +335,6 @@
       freeze(d.set);
     }
   }
-  Object.defineProperty(globalThis, "__canon_run", { value: run });
-  Object.defineProperty(globalThis, "__canon_settle", { value: settle });
-  Object.defineProperty(globalThis, "__canon_names", { value: names });
   freeze(globalThis);
   freeze(Object.getPrototypeOf(async function () {}));
   freeze(Object.getPrototypeOf(function* () {}));
@@ -348,4 +345,7 @@
   freeze(Object.getPrototypeOf(""[Symbol.iterator]()));
   freeze(Object.getPrototypeOf(/a/[Symbol.matchAll]("")));
   freeze(Object.getPrototypeOf(Int8Array));
+  // The entry points are the script's value, for the engine alone: no
+  // global names them.
+  return { run: run, settle: settle, names: names };
 })();
