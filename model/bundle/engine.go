@@ -128,6 +128,9 @@ var (
 // engine calls: a pointer to the Go func value (what quickjs's own fp does).
 var handlerPtr = *(*uintptr)(unsafe.Pointer(&interruptHandlerFunc))
 
+// liveEngines counts the engine instances not closed yet (tests read it).
+var liveEngines atomic.Int64
+
 // cptr turns the address of C memory (the engine's, allocated by
 // modernc.org/libc, never moved or collected by Go) into a pointer.
 func cptr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
@@ -140,6 +143,7 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	v := &vm{js: js}
+	liveEngines.Add(1)
 	defer func() {
 		if err != nil {
 			v.close()
@@ -284,6 +288,7 @@ func (v *vm) close() {
 		// frees itself: the meter goes after it.
 		v.js.Close()
 		v.js = nil
+		liveEngines.Add(-1)
 	}
 	v.m, v.meter = nil, 0
 }

@@ -166,14 +166,22 @@
     return r;
   }
 
-  // A tx is made afresh for every mutation: nothing to freeze.
-  function makeTx(mutation, now) {
+  // A tx is made afresh for every mutation: nothing to freeze. It dies
+  // when its mutator returns (or its promise settles): a promise the
+  // mutator left running cannot write after that.
+  function makeTx(mutation, now, state) {
+    const live = () => {
+      if (state.dead) {
+        throw fail("mutator_error", "the tx is used after its mutator returned: await every promise that uses it");
+      }
+    };
     return {
       mutation: mutation,
       now() {
         return now;
       },
       get(collection, id) {
+        live();
         const r = result(host.get(str(collection, "tx.get: collection"), str(id, "tx.get: id")));
         if (r === "N") {
           return undefined;
@@ -181,9 +189,11 @@
         return JSON.parse(r.slice(1));
       },
       has(collection, id) {
+        live();
         return result(host.get(str(collection, "tx.has: collection"), str(id, "tx.has: id"))) !== "N";
       },
       put(collection, id, data, meta) {
+        live();
         str(collection, "tx.put: collection");
         str(id, "tx.put: id");
         const d = toJSON(data, "tx.put " + collection + "/" + id + ": data");
@@ -197,9 +207,11 @@
         result(host.put(collection, id, d, m));
       },
       delete(collection, id) {
+        live();
         return result(host.del(str(collection, "tx.delete: collection"), str(id, "tx.delete: id"))) === "T";
       },
       scalar(name) {
+        live();
         const r = result(host.scalar(str(name, "tx.scalar: name")));
         if (r === "N") {
           return undefined;
@@ -207,6 +219,7 @@
         return JSON.parse(r.slice(1));
       },
       setScalar(name, value) {
+        live();
         str(name, "tx.setScalar: name");
         result(host.setScalar(name, value === null ? "null" : toJSON(value, "tx.setScalar " + name + ": value")));
       },
@@ -288,26 +301,31 @@
     if (typeof fn !== "function") {
       return "E" + JSON.stringify({ code: "unknown_mutator", message: "the bundle has no mutator " + name });
     }
-    const tx = makeTx(JSON.parse(mutationJSON), now);
+    const txState = { dead: false };
+    const tx = makeTx(JSON.parse(mutationJSON), now, txState);
     const args = argsJSON === "" ? undefined : JSON.parse(argsJSON);
     let r;
     try {
       r = fn(tx, args);
     } catch (e) {
+      txState.dead = true;
       return errorOf(e);
     }
     if (r instanceof Promise) {
       state = { done: false, res: "" };
       r.then(
         () => {
+          txState.dead = true;
           state = { done: true, res: "" };
         },
         (e) => {
+          txState.dead = true;
           state = { done: true, res: errorOf(e) };
         },
       );
       return "P";
     }
+    txState.dead = true;
     return "";
   };
   const settle = function () {
