@@ -131,8 +131,9 @@ var handlerPtr = *(*uintptr)(unsafe.Pointer(&interruptHandlerFunc))
 // liveEngines counts the engine instances not closed yet (tests read it).
 var liveEngines atomic.Int64
 
-// cptr turns the address of C memory (the engine's, allocated by
-// modernc.org/libc, never moved or collected by Go) into a pointer.
+// cptr turns an address the engine holds into a pointer: C memory the
+// engine allocated (never moved or collected by Go), or a meter its vm
+// keeps alive.
 func cptr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 // newVM makes a VM for a compiled bundle: the host functions, the bundle's
