@@ -303,7 +303,7 @@
     }
     const txState = { dead: false };
     const tx = makeTx(JSON.parse(mutationJSON), now, txState);
-    const args = argsJSON === "" ? undefined : JSON.parse(argsJSON);
+    const args = argsJSON === "" ? null : JSON.parse(argsJSON);
     let r;
     try {
       r = fn(tx, args);
