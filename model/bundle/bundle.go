@@ -24,6 +24,7 @@ import (
 	"sync"
 
 	"github.com/evanw/esbuild/pkg/api"
+	lib "modernc.org/libquickjs"
 	"modernc.org/quickjs"
 
 	"github.com/canon-sync/canon/model"
@@ -150,7 +151,7 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
 	v.arm(opts)
-	r, err := v.js.Call("__canon_names")
+	r, err := v.names.Call(quickjs.UndefinedValue)
 	if err != nil {
 		err = v.budgetErr(err, opts, "loading the bundle")
 		v.close()
@@ -158,11 +159,11 @@ func Compile(src []byte, opts Options) (*Bundle, error) {
 	}
 	s, _ := r.(string)
 	if strings.HasPrefix(s, "E") {
-		v.close()
 		_, err := outcome(s)
 		if err = memoryErr(v, err, opts, "loading the bundle"); model.ErrorCode(err) != CodeBudgetExceeded {
 			err = fmt.Errorf("loading the bundle: %w", err)
 		}
+		v.close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
 	var members [][2]string
@@ -339,23 +340,24 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now 
 	if err != nil {
 		return v.budgetErr(err, b.opts, doing)
 	}
+	// Run the promise jobs the mutator queued (an async mutator's
+	// continuations, promises it left running) to the end now: none may
+	// run in a later mutation. No job waits on anything outside (no timers,
+	// no I/O), so a promise still pending then never settles.
+	if lib.XJS_IsJobPending(v.tls, v.rt) != 0 {
+		if _, err := v.js.ExecutePendingJobs(); err != nil {
+			v.broken = true
+			return v.budgetErr(err, b.opts, doing)
+		}
+	}
 	pending, err := outcome(r)
-	if err != nil || !pending {
-		return memoryErr(v, err, b.opts, doing)
-	}
-	// An async mutator: run its promise jobs to the end. No job waits on
-	// anything outside (no timers, no I/O), so what is still pending then
-	// never settles.
-	if _, err := v.js.ExecutePendingJobs(); err != nil {
-		v.broken = true
-		return v.budgetErr(err, b.opts, doing)
-	}
-	r, err = v.settle.Call(quickjs.UndefinedValue)
-	if err != nil {
-		return v.budgetErr(err, b.opts, doing)
-	}
-	if pending, err = outcome(r); pending {
-		return fmt.Errorf("%s: its promise never settled: it awaits something that never resolves (a mutator has no timers and no I/O to wait for)", doing)
+	if pending {
+		if r, err = v.settle.Call(quickjs.UndefinedValue); err != nil {
+			return v.budgetErr(err, b.opts, doing)
+		}
+		if pending, err = outcome(r); pending {
+			return fmt.Errorf("%s: its promise never settled: it awaits something that never resolves (a mutator has no timers and no I/O to wait for)", doing)
+		}
 	}
 	return memoryErr(v, err, b.opts, doing)
 }
@@ -364,10 +366,10 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now 
 // code saw (the prelude gives it the code budget_exceeded), and marks
 // the VM for disposal; other errors it returns as they are.
 func memoryErr(v *vm, err error, opts Options, doing string) error {
-	if err == nil {
+	if err == nil && !v.overMemory() {
 		return nil
 	}
-	if model.ErrorCode(err) == CodeBudgetExceeded {
+	if v.overMemory() || model.ErrorCode(err) == CodeBudgetExceeded {
 		v.broken = true
 		return model.WithCode(CodeBudgetExceeded, fmt.Errorf("%s ran over the memory budget of %s (--mutator-memory-budget)", doing, bytesString(opts.MemoryBudget)))
 	}

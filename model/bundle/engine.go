@@ -26,9 +26,9 @@ var prelude string
 // handler: the CPU budget is enforced in units of it.
 const tickInterval = lib.MJS_INTERRUPT_COUNTER_INIT
 
-// meter is the interrupt handler's state, in C memory (the handler gets
-// it as a uintptr). The fields are read and written by the VM's own
-// goroutine only, while it runs JavaScript.
+// meter is the state of the interrupt handler and the allocator
+// functions, which get it as a uintptr. The fields are read and written by
+// the VM's own goroutine only, while it runs JavaScript.
 type meter struct {
 	polls     int64 // handler calls since the budget was armed
 	maxPolls  int64 // the budget, in handler calls
@@ -36,6 +36,14 @@ type meter struct {
 	exceeded  int32 // set when polls went over maxPolls
 	_         int32
 	theirFlag uintptr // the quickjs package's interrupt flag, to stop a job drain
+	// oom is set when the engine's allocator refused memory: the memory
+	// budget was hit, whatever the JavaScript code made of the error
+	// (with no memory left, QuickJS may even throw null).
+	oom int32
+	_   int32
+	// malloc and realloc are the engine's own allocator functions, which
+	// enforce its memory limit; trackedMalloc and trackedRealloc wrap them.
+	malloc, realloc uintptr
 }
 
 // vm is one QuickJS instance with the sandbox and the bundle loaded. It
@@ -45,13 +53,15 @@ type vm struct {
 	tls   *libc.TLS
 	rt    uintptr // JSRuntime*
 	ctx   uintptr // JSContext*
-	meter uintptr // *meter in C memory
+	m     *meter
+	meter uintptr // m, for the engine
 	// theirFlag is the quickjs package's own interrupt flag.
 	theirFlag uintptr
 	tx        model.Tx
-	// run and settle are __canon_run and __canon_settle, set when entries.
-	run, settle quickjs.Value
-	entries     bool
+	// run, settle and names are the sandbox's entry points (prelude.js),
+	// set when entries.
+	run, settle, names quickjs.Value
+	entries            bool
 	// broken is set when the VM must not be reused: a budget was hit, or
 	// a job drain was cut short.
 	broken bool
@@ -75,12 +85,55 @@ func interruptHandler(_ *libc.TLS, _, opaque uintptr) int32 {
 
 var interruptHandlerFunc = interruptHandler
 
+// trackedMalloc and trackedRealloc are the engine's allocator functions
+// (JSMallocFunctions) wrapped to note a refusal in the meter, which the
+// allocator state's opaque pointer (unused by the default allocator)
+// points to.
+func trackedMalloc(tls *libc.TLS, s uintptr, size libc.Tsize_t) uintptr {
+	m := (*meter)(cptr((*lib.TJSMallocState)(cptr(s)).Fopaque))
+	p := callMalloc(m.malloc, tls, s, size)
+	if p == 0 {
+		m.oom = 1
+	}
+	return p
+}
+
+func trackedRealloc(tls *libc.TLS, s, ptr uintptr, size libc.Tsize_t) uintptr {
+	m := (*meter)(cptr((*lib.TJSMallocState)(cptr(s)).Fopaque))
+	p := callRealloc(m.realloc, tls, s, ptr, size)
+	if p == 0 && size != 0 {
+		m.oom = 1
+	}
+	return p
+}
+
+// callMalloc and callRealloc call a function pointer of the transpiled
+// engine, as its own code does.
+func callMalloc(fn uintptr, tls *libc.TLS, s uintptr, size libc.Tsize_t) uintptr {
+	return (*(*func(*libc.TLS, uintptr, libc.Tsize_t) uintptr)(unsafe.Pointer(&struct{ uintptr }{fn})))(tls, s, size)
+}
+
+func callRealloc(fn uintptr, tls *libc.TLS, s, ptr uintptr, size libc.Tsize_t) uintptr {
+	return (*(*func(*libc.TLS, uintptr, uintptr, libc.Tsize_t) uintptr)(unsafe.Pointer(&struct{ uintptr }{fn})))(tls, s, ptr, size)
+}
+
+var (
+	trackedMallocFunc  = trackedMalloc
+	trackedReallocFunc = trackedRealloc
+	mallocPtr          = *(*uintptr)(unsafe.Pointer(&trackedMallocFunc))
+	reallocPtr         = *(*uintptr)(unsafe.Pointer(&trackedReallocFunc))
+)
+
 // handlerPtr is the handler as the C function pointer the transpiled
 // engine calls: a pointer to the Go func value (what quickjs's own fp does).
 var handlerPtr = *(*uintptr)(unsafe.Pointer(&interruptHandlerFunc))
 
-// cptr turns the address of C memory (the engine's, allocated by
-// modernc.org/libc, never moved or collected by Go) into a pointer.
+// liveEngines counts the engine instances not closed yet (tests read it).
+var liveEngines atomic.Int64
+
+// cptr turns an address the engine holds into a pointer: C memory the
+// engine allocated (never moved or collected by Go), or a meter its vm
+// keeps alive.
 func cptr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 // newVM makes a VM for a compiled bundle: the host functions, the bundle's
@@ -91,6 +144,7 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	v := &vm{js: js}
+	liveEngines.Add(1)
 	defer func() {
 		if err != nil {
 			v.close()
@@ -99,11 +153,16 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 	if err := v.internals(); err != nil {
 		return nil, err
 	}
-	v.meter = libc.Xcalloc(v.tls, 1, libc.Tsize_t(unsafe.Sizeof(meter{})))
-	if v.meter == 0 {
-		return nil, errors.New("start JavaScript engine: out of memory")
-	}
+	// The meter is Go memory the engine knows by address: Go's collector
+	// does not move objects, and v.m keeps it alive as long as the engine.
+	v.m = new(meter)
+	v.meter = uintptr(unsafe.Pointer(v.m))
 	lib.XJS_SetInterruptHandler(v.tls, v.rt, handlerPtr, v.meter)
+	mc := &(*lib.TJSRuntime)(cptr(v.rt)).Fmalloc_ctx
+	m := (*meter)(cptr(v.meter))
+	m.malloc, m.realloc = mc.Fmf.Fjs_malloc, mc.Fmf.Fjs_realloc
+	mc.Fmalloc_state.Fopaque = v.meter
+	mc.Fmf.Fjs_malloc, mc.Fmf.Fjs_realloc = mallocPtr, reallocPtr
 	for name, fn := range map[string]quickjs.HostFunc{
 		"__canon_get":        v.hostGet,
 		"__canon_put":        v.hostPut,
@@ -123,16 +182,27 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 	// The sandbox's own start does not count against the bundle's budgets.
 	sandbox := Options{CPUBudget: DefaultCPUBudget, MemoryBudget: DefaultMemoryBudget}
 	v.arm(sandbox)
-	if _, err := js.Eval(prelude, quickjs.EvalGlobal); err != nil {
+	entries, err := js.EvalValue(prelude, quickjs.EvalGlobal)
+	if err != nil {
 		return nil, v.budgetErr(err, sandbox, "starting the sandbox")
 	}
-	if v.run, err = js.EvalValue("__canon_run", quickjs.EvalGlobal); err != nil {
+	defer entries.Free()
+	var got []quickjs.Value
+	for _, name := range []string{"run", "settle", "names"} {
+		atom, err := js.NewAtom(name)
+		if err == nil {
+			var fn quickjs.Value
+			if fn, err = entries.GetPropertyValue(atom); err == nil {
+				got = append(got, fn)
+				continue
+			}
+		}
+		for _, fn := range got {
+			fn.Free()
+		}
 		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
-	if v.settle, err = js.EvalValue("__canon_settle", quickjs.EvalGlobal); err != nil {
-		v.run.Free()
-		return nil, fmt.Errorf("start JavaScript engine: %w", err)
-	}
+	v.run, v.settle, v.names = got[0], got[1], got[2]
 	v.entries = true
 	return v, nil
 }
@@ -166,7 +236,7 @@ func (v *vm) internals() error {
 // mutation left does not count against this one).
 func (v *vm) arm(opts Options) {
 	m := (*meter)(cptr(v.meter))
-	m.polls, m.charged, m.exceeded = 0, 0, 0
+	m.polls, m.charged, m.exceeded, m.oom = 0, 0, 0, 0
 	m.maxPolls = max(opts.CPUBudget/tickInterval, 1)
 	m.theirFlag = v.theirFlag
 	(*lib.TJSContext)(cptr(v.ctx)).Finterrupt_counter = tickInterval
@@ -177,6 +247,8 @@ func (v *vm) arm(opts Options) {
 
 func (v *vm) overCPU() bool { return (*meter)(cptr(v.meter)).exceeded != 0 }
 
+func (v *vm) overMemory() bool { return (*meter)(cptr(v.meter)).oom != 0 }
+
 // budgetErr turns an engine error into the error of a budget that was
 // exceeded, or wraps it.
 func (v *vm) budgetErr(err error, opts Options, doing string) error {
@@ -184,7 +256,7 @@ func (v *vm) budgetErr(err error, opts Options, doing string) error {
 	case v.overCPU():
 		v.broken = true
 		return model.WithCode(CodeBudgetExceeded, fmt.Errorf("%s ran over the CPU budget of %d steps (--mutator-cpu-budget): an endless loop?", doing, opts.CPUBudget))
-	case isOOM(err):
+	case v.overMemory() || isOOM(err):
 		v.broken = true
 		return model.WithCode(CodeBudgetExceeded, fmt.Errorf("%s ran over the memory budget of %s (--mutator-memory-budget)", doing, bytesString(opts.MemoryBudget)))
 	}
@@ -207,20 +279,19 @@ func bytesString(n int64) string {
 }
 
 func (v *vm) close() {
-	if v.meter != 0 {
-		// Nothing calls the handler from here on: no JavaScript runs.
-		lib.XJS_SetInterruptHandler(v.tls, v.rt, 0, 0)
-		libc.Xfree(v.tls, v.meter)
-		v.meter = 0
-	}
 	if v.js != nil {
 		if v.entries {
 			v.run.Free()
 			v.settle.Free()
+			v.names.Free()
 		}
+		// The runtime may allocate through the meter's functions while it
+		// frees itself: the meter goes after it.
 		v.js.Close()
 		v.js = nil
+		liveEngines.Add(-1)
 	}
+	v.m, v.meter = nil, 0
 }
 
 // The host functions answer the prelude in the small string protocol it

@@ -25,7 +25,6 @@ func FuzzCompileRun(f *testing.F) {
 		`export default {"a.b": () => new Promise((r) => r(Promise.reject(new Error("x"))))};`,
 		`export default new Proxy({}, {get() { throw new Error("trap"); }});`,
 		`export default {get "a.b"() { throw new Error("getter"); }};`,
-		engineBundle,
 	} {
 		f.Add(s, `{"id":"t1"}`)
 	}

@@ -1,9 +1,9 @@
 // The sandbox of a mutator bundle. It runs once per engine instance (VM),
-// before the bundle, then freezes every object reachable from the global
+// after the bundle's loader was defined, then freezes every object reachable from the global
 // object, so that nothing a mutation does to globals or built-ins can be
 // seen by the next one. The bundle itself is a loader function that
 // __canon_run calls afresh for every mutation: its module-level variables
-// are new each time.
+// are new each time. Its value is the object of its entry points.
 (function () {
   "use strict";
   const host = {
@@ -166,14 +166,22 @@
     return r;
   }
 
-  // A tx is made afresh for every mutation: nothing to freeze.
-  function makeTx(mutation, now) {
+  // A tx is made afresh for every mutation: nothing to freeze. It dies
+  // when its mutator returns (or its promise settles): a promise the
+  // mutator left running cannot write after that.
+  function makeTx(mutation, now, state) {
+    const live = () => {
+      if (state.dead) {
+        throw fail("mutator_error", "the tx is used after its mutator returned: await every promise that uses it");
+      }
+    };
     return {
       mutation: mutation,
       now() {
         return now;
       },
       get(collection, id) {
+        live();
         const r = result(host.get(str(collection, "tx.get: collection"), str(id, "tx.get: id")));
         if (r === "N") {
           return undefined;
@@ -181,9 +189,11 @@
         return JSON.parse(r.slice(1));
       },
       has(collection, id) {
+        live();
         return result(host.get(str(collection, "tx.has: collection"), str(id, "tx.has: id"))) !== "N";
       },
       put(collection, id, data, meta) {
+        live();
         str(collection, "tx.put: collection");
         str(id, "tx.put: id");
         const d = toJSON(data, "tx.put " + collection + "/" + id + ": data");
@@ -197,9 +207,11 @@
         result(host.put(collection, id, d, m));
       },
       delete(collection, id) {
+        live();
         return result(host.del(str(collection, "tx.delete: collection"), str(id, "tx.delete: id"))) === "T";
       },
       scalar(name) {
+        live();
         const r = result(host.scalar(str(name, "tx.scalar: name")));
         if (r === "N") {
           return undefined;
@@ -207,6 +219,7 @@
         return JSON.parse(r.slice(1));
       },
       setScalar(name, value) {
+        live();
         str(name, "tx.setScalar: name");
         result(host.setScalar(name, value === null ? "null" : toJSON(value, "tx.setScalar " + name + ": value")));
       },
@@ -244,7 +257,7 @@
   delete globalThis.__canon_load;
   let state = { done: true, res: "" };
 
-  // __canon_names lists the bundle's exports for Compile: "E" + error, or
+  // names lists the bundle's exports for Compile: "E" + error, or
   // "V" + JSON [[name, typeof member]...].
   const names = function () {
     let mods;
@@ -288,26 +301,31 @@
     if (typeof fn !== "function") {
       return "E" + JSON.stringify({ code: "unknown_mutator", message: "the bundle has no mutator " + name });
     }
-    const tx = makeTx(JSON.parse(mutationJSON), now);
-    const args = argsJSON === "" ? undefined : JSON.parse(argsJSON);
+    const txState = { dead: false };
+    const tx = makeTx(JSON.parse(mutationJSON), now, txState);
+    const args = argsJSON === "" ? null : JSON.parse(argsJSON);
     let r;
     try {
       r = fn(tx, args);
     } catch (e) {
+      txState.dead = true;
       return errorOf(e);
     }
     if (r instanceof Promise) {
       state = { done: false, res: "" };
       r.then(
         () => {
+          txState.dead = true;
           state = { done: true, res: "" };
         },
         (e) => {
+          txState.dead = true;
           state = { done: true, res: errorOf(e) };
         },
       );
       return "P";
     }
+    txState.dead = true;
     return "";
   };
   const settle = function () {
@@ -335,9 +353,6 @@
       freeze(d.set);
     }
   }
-  Object.defineProperty(globalThis, "__canon_run", { value: run });
-  Object.defineProperty(globalThis, "__canon_settle", { value: settle });
-  Object.defineProperty(globalThis, "__canon_names", { value: names });
   freeze(globalThis);
   freeze(Object.getPrototypeOf(async function () {}));
   freeze(Object.getPrototypeOf(function* () {}));
@@ -348,4 +363,7 @@
   freeze(Object.getPrototypeOf(""[Symbol.iterator]()));
   freeze(Object.getPrototypeOf(/a/[Symbol.matchAll]("")));
   freeze(Object.getPrototypeOf(Int8Array));
+  // The entry points are the script's value, for the engine alone: no
+  // global names them.
+  return { run: run, settle: settle, names: names };
 })();
