@@ -177,10 +177,21 @@ function mustString(v: unknown, what: string): string {
 /** The Tx of one mutation: reads through the layers, writes into its own overlay. */
 export class LocalTx implements Tx {
   readonly writes = new Overlay();
+  /** Set when the mutator has returned or its promise settled: as on the
+   * server, a promise it left running cannot write through it later. The
+   * server's sandbox throws in that promise, which nobody awaits, and
+   * drops the rejection; here the write is dropped without one, so that a
+   * Node app is not stopped by an unhandled rejection. */
+  private closed = false;
   private readonly layers: Layers;
 
   constructor(readonly mutation: Readonly<MutationInfo>, private readonly ts: number, base: Layers) {
     this.layers = new Layers(base.base, [...base.overlays, this.writes]);
+  }
+
+  /** close ends the tx: every later use throws. */
+  close(): void {
+    this.closed = true;
   }
 
   now(): number {
@@ -197,6 +208,9 @@ export class LocalTx implements Tx {
   }
 
   put(collection: string, id: string, data: JSONValue, meta?: JSONObject): void {
+    if (this.closed) {
+      return;
+    }
     mustString(collection, 'tx.put: collection');
     mustString(id, 'tx.put: id');
     const at = `tx.put ${collection}/${id}`;
@@ -222,6 +236,9 @@ export class LocalTx implements Tx {
   }
 
   delete(collection: string, id: string): boolean {
+    if (this.closed) {
+      return false;
+    }
     mustString(collection, 'tx.delete: collection');
     mustString(id, 'tx.delete: id');
     if (!this.has(collection, id)) {
@@ -236,6 +253,9 @@ export class LocalTx implements Tx {
   }
 
   setScalar(name: string, value: JSONValue | null): void {
+    if (this.closed) {
+      return;
+    }
     mustString(name, 'tx.setScalar: name');
     if (value !== null) {
       checkJSON(value, `tx.setScalar ${name}: value`, []);
@@ -395,7 +415,11 @@ export type LocalResult = {ok: true; writes: Overlay} | {ok: false; code: string
 function failure(e: unknown): LocalResult {
   if (e !== null && typeof e === 'object' && 'message' in e) {
     const code = (e as {code?: unknown}).code;
-    return {ok: false, code: typeof code === 'string' && ERROR_CODE.test(code) ? code : 'mutator_error', message: String((e as {message: unknown}).message)};
+    // As the server's sandbox: a TypeError says so; an Error (or a
+    // subclass that keeps the name) is its message alone.
+    const name = (e as {name?: unknown}).name;
+    const prefix = !(e instanceof MutatorError) && typeof name === 'string' && name !== 'Error' && name !== '' ? `${name}: ` : '';
+    return {ok: false, code: typeof code === 'string' && ERROR_CODE.test(code) ? code : 'mutator_error', message: prefix + String((e as {message: unknown}).message)};
   }
   let s: string;
   try {
@@ -525,11 +549,13 @@ export function run(fn: Mutator | undefined, info: MutationInfo, args: JSONValue
   try {
     r = fn(tx, clone(args));
   } catch (e) {
+    tx.close();
     return failure(e);
   } finally {
     unguard();
   }
   const done = (): LocalResult => {
+    tx.close();
     try {
       tx.checkScalars();
     } catch (e) {
@@ -538,7 +564,10 @@ export function run(fn: Mutator | undefined, info: MutationInfo, args: JSONValue
     return {ok: true, writes: tx.writes};
   };
   if (r && typeof (r as Promise<void>).then === 'function') {
-    return settleOrFail(info.name, r as Promise<void>).then(done, failure);
+    return settleOrFail(info.name, r as Promise<void>).then(done, e => {
+      tx.close();
+      return failure(e);
+    });
   }
   return done();
 }

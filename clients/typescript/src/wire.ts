@@ -10,7 +10,7 @@ export type JSON = JSONValue;
 
 export type Error = {
   error: {
-    code: "invalid_field" | "malformed_json" | "unauthenticated" | "forbidden" | "branch_not_found" | "version_not_found" | "item_not_found" | "blob_not_found" | "mutation_not_found" | "too_large" | "unsupported_media" | "partition_not_served" | "internal" | "empty_batch" | "rate_limited" | "kafka_unavailable" | "unsupported_version" | "client_group_owned" | "client_in_other_group" | "wait_unavailable" | "request_timeout" | "origin_not_allowed";
+    code: "invalid_field" | "malformed_json" | "unauthenticated" | "forbidden" | "branch_not_found" | "version_not_found" | "item_not_found" | "blob_not_found" | "mutation_not_found" | "too_large" | "unsupported_media" | "partition_not_served" | "internal" | "empty_batch" | "rate_limited" | "kafka_unavailable" | "unsupported_version" | "client_group_owned" | "client_in_other_group" | "wait_unavailable" | "request_timeout" | "origin_not_allowed" | "invalid_bundle" | "no_bundle";
     message: string;
     /** The parameter at fault */
     field?: string;
@@ -82,6 +82,8 @@ export type Version = {
   ts: number;
   /** The sequencer's clock when it decided the version (ms); absent in versions decided before it was recorded */
   decidedAt?: number;
+  /** The hash of the mutator bundle whose mutator decided the version; absent when a built-in or Go mutator did */
+  bundle?: Hash;
   scalars: {[k: string]: JSON};
   items: ItemChange[] | null;
   mutations: Outcome[] | null;
@@ -268,6 +270,37 @@ export type Written = {
   offset: number;
 };
 
+export type DeployResponse = {
+  org: string;
+  /** Absent for an org deploy */
+  project?: string;
+  hash: Hash;
+  /** The bundle's mutators, sorted */
+  names: string[];
+  /** Where each deploy record was written (one per partition for an org deploy) */
+  written: DeployedRecord[];
+};
+
+export type DeployedRecord = {
+  partition: number;
+  offset: number;
+};
+
+export type ActiveBundle = {
+  org: string;
+  project: string;
+  /** The project's own deploy, or its org's */
+  scope: "project" | "org";
+  hash: Hash;
+  /** Who deployed it */
+  principal?: string;
+  /** When it was deployed (ms) */
+  deployedAt: number;
+  /** The deploy record's timestamp (ms): where the sequencer activated it */
+  activatedAt: number;
+  source: DeployedRecord;
+};
+
 export type PushResponse = {
   /** Where each mutation was written, in order */
   mutations: Written[];
@@ -377,6 +410,8 @@ export type WebsocketVersion = {
   /** The version's timestamp, ms since the epoch */
   ts: number;
   stateHash: Hash;
+  /** The hash of the mutator bundle that decided the version; absent for the built-in and Go mutators */
+  bundle?: string;
   /** The scalars the version set */
   scalars: {[k: string]: JSON};
   /** The items the version changed; bodies are read by hash */
