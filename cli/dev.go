@@ -25,6 +25,7 @@ import (
 
 type devFlags struct {
 	kafka       kafkaFlags
+	bundles     bundleFlags
 	data        string
 	http        string
 	pprof       bool
@@ -80,6 +81,7 @@ else runs and the command that installs it is printed.`,
 	}
 	f.kafka.register(cmd, "Kafka brokers (host:port, comma separated); empty runs the embedded broker")
 	registerClickHouseFlags(cmd)
+	f.bundles.register(cmd)
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
@@ -165,6 +167,10 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 	}
 	n.cors = cors
 	n.mutators = mutators
+	if n.bundleOpts, err = f.bundles.options(); err != nil {
+		return err
+	}
+	n.bundles = newBundleCache(n.bundleOpts)
 	keysPath := filepath.Join(data, "keys.json")
 	keys, err := devKeyset(keysPath)
 	if err != nil {

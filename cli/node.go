@@ -28,6 +28,7 @@ import (
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/ops"
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/bundle"
 )
 
 // kafkaFlags configure the connection to Kafka and Canon's topics.
@@ -122,6 +123,10 @@ type node struct {
 	// mutators are what the sequencer role decides with: the built-ins
 	// and the application's (Options.Mutators).
 	mutators *model.Registry
+	// bundleOpts are the JavaScript mutators' budgets; bundles compiles
+	// deployed bundles with them, once per hash.
+	bundleOpts bundle.Options
+	bundles    *model.BundleCache
 	// partitions are the partitions of Canon's topics that the node's read
 	// roles serve (--partitions); nil means all of them.
 	partitions []int32

@@ -28,6 +28,8 @@ type pipelineFlags struct {
 	idleTimeout time.Duration
 	principal   string
 	security    kafka.SecurityConfig
+	// bundles are registered by the jobs that decide (replay, rebase).
+	bundles bundleFlags
 }
 
 func (f *pipelineFlags) register(cmd *cobra.Command) {
@@ -77,8 +79,13 @@ func (f *pipelineFlags) setup(cmd *cobra.Command, g *globalFlags, clientID strin
 	if err != nil {
 		return pipelines.Config{}, pipelines.ProjectRef{}, nil, err
 	}
+	bopts, err := f.bundles.options()
+	if err != nil {
+		return pipelines.Config{}, pipelines.ProjectRef{}, nil, err
+	}
 	cfg := pipelines.Config{
 		Registry:    mutators,
+		Bundles:     newBundleCache(bopts),
 		Kafka:       kcfg,
 		Topics:      kafka.DefaultTopicNames().WithPrefix(f.topicPrefix),
 		IdleTimeout: f.idleTimeout,

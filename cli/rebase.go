@@ -13,6 +13,7 @@ import (
 
 type rebaseFlags struct {
 	pipelineFlags
+	mutators     string
 	branch       string
 	onto         string
 	ontoSnapshot string
@@ -75,6 +76,18 @@ once.`,
 				}
 				opt.OntoSnapshot, opt.OntoName = snap, f.ontoSnapshot
 			}
+			if f.mutators != "" {
+				if !f.dryRun {
+					return usageError{errors.New("--mutators needs --dry-run: the sequencers decide with the project's deployed bundle (deploy it with canon mutators deploy to rebase through them)")}
+				}
+				src, err := readBundleFile(f.mutators, false)
+				if err != nil {
+					return err
+				}
+				if cfg.Mutators, err = cfg.Bundles.Compile(src); err != nil {
+					return usageError{fmt.Errorf("--mutators %s: %w", f.mutators, err)}
+				}
+			}
 			res, err := pipelines.Rebase(cmd.Context(), cfg, opt)
 			done()
 			if err != nil {
@@ -110,7 +123,9 @@ once.`,
 		},
 	}
 	f.register(cmd)
+	f.bundles.register(cmd)
 	fs := cmd.Flags()
+	fs.StringVar(&f.mutators, "mutators", "", "decide every mutation with this bundle (.js, or a .ts entry) instead of the ones their versions recorded: what if the history had run under new logic (with --dry-run)")
 	fs.StringVar(&f.branch, "branch", "main", "the branch whose mutations are rebased")
 	fs.StringVar(&f.onto, "onto", "", "the new base: BRANCH@VERSION, or BRANCH for its head")
 	fs.StringVar(&f.ontoSnapshot, "onto-snapshot", "", "the new base: the snapshot of a canon export file")

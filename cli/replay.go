@@ -36,7 +36,9 @@ its version, mutation and item, and the command exits with status 1.
 A replay from version 1 of main starts from the empty state: give --into
 ORG/PROJECT, a new project. With --in-memory nothing is produced: the
 mutations are decided in this process with the mutators this binary was built
-with: the built-ins, and a program's own Go mutators (see package cli).
+with (the built-ins, and a program's own Go mutators: see package cli) and,
+for a version decided by a deployed JavaScript bundle, with the bundle that
+version recorded (from the changelog).
 
 With --from-offset, --to-offset, --since or --until the mutations are read
 from canon.mutations instead: the branch's records in that range of the
@@ -102,6 +104,7 @@ holds is not sent twice.`,
 		},
 	}
 	f.register(cmd)
+	f.bundles.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&f.branch, "branch", "main", "the branch to replay")
 	fs.Uint64Var(&f.from, "from", 0, "first version to replay (default 1)")

@@ -257,6 +257,7 @@ func (n *node) newSequencer(st *store.Store) (*sequencer.Sequencer, error) {
 		InstanceID:         instance,
 		Store:              st,
 		Registry:           n.mutators,
+		Bundles:            n.bundles,
 		SessionTimeout:     n.seq.sessionTimeout,
 		TransactionTimeout: n.seq.txnTimeout,
 		GatherWait:         n.seq.gatherWait,
@@ -281,6 +282,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		Partitions:     n.topics.Partitions,
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
 		Readable:       readable,
+		CheckBundle:    checkBundle(n.bundleOpts),
 	})
 }
 

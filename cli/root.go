@@ -46,7 +46,8 @@ the command line wins over the environment.`,
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDevCmd(g), newServeCmd(g), newTopicsCmd(g), newTokenCmd(), newHealthCmd(), newVersionCmd(),
-		newMigrateCmd(), newProjectorCmd(g), newReplayCmd(g), newRebaseCmd(g), newExportCmd(g), newImportCmd(g))
+		newMigrateCmd(), newProjectorCmd(g), newReplayCmd(g), newRebaseCmd(g), newExportCmd(g), newImportCmd(g),
+		newMutatorsCmd())
 	return root
 }
 

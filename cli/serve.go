@@ -27,6 +27,7 @@ type serveFlags struct {
 	// partitions is --partitions: the partitions the read roles serve.
 	partitions string
 	seq        sequencerTuning
+	bundles    bundleFlags
 	// corsOrigins is --cors-origins.
 	corsOrigins []string
 }
@@ -57,6 +58,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	}
 	f.kafka.register(cmd, "Kafka brokers, host:port, comma separated (required)")
 	registerClickHouseFlags(cmd)
+	f.bundles.register(cmd)
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
@@ -106,6 +108,10 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 		return err
 	}
 	n.mutators = mutators
+	if n.bundleOpts, err = f.bundles.options(); err != nil {
+		return err
+	}
+	n.bundles = newBundleCache(n.bundleOpts)
 	n.pprof = f.pprof
 	if n.storeNoSync, err = parseStoreSync(f.storeSync); err != nil {
 		return err

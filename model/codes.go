@@ -28,6 +28,9 @@ const (
 	CodeInvalidEdit = "invalid_edit"
 	// CodePanic: the mutator panicked.
 	CodePanic = "panic"
+	// CodeBudgetExceeded: a JavaScript mutator ran over its CPU or memory
+	// budget (package model/bundle).
+	CodeBudgetExceeded = "budget_exceeded"
 	// CodeMutator: any other error a mutator returned. A user-defined
 	// mutator gives its errors codes of its own with WithCode.
 	CodeMutator = "mutator_error"

@@ -36,6 +36,11 @@ type Decider struct {
 	branches map[branchKey]*branchState
 	projects map[projectKey]*projectState
 
+	// bundles are the committed deploys (SetBundles); activated the
+	// deploys decided since the last Reset.
+	bundles   Bundles
+	activated map[scopeKey]MutatorSet
+
 	// spare holds the overlay's branch states after a Reset, emptied, for
 	// the next batch to reuse with their maps and slices.
 	spare []*branchState
@@ -118,6 +123,7 @@ func NewDecider(r Reader, reg *Registry, limits schemas.Limits) *Decider {
 // it once the decided batch is in the store (the Reader), or when the
 // batch was abandoned (aborted transaction, or an error of Decide).
 func (d *Decider) Reset() {
+	clear(d.activated)
 	for k, bs := range d.branches {
 		delete(d.branches, k)
 		if len(d.spare) < maxSpareBranches && bs.empty() {
@@ -204,7 +210,19 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 		return Decision{Kind: Rejected, Reason: schemas.ReasonUnauthorized,
 			Message: fmt.Sprintf("client %s of %s/%s belongs to client group %s, not %s: each client belongs to one client group; use a new client id", m.Client, m.Org, m.Project, group, m.ClientGroup)}, nil
 	}
+	// The project's bundle first, then the registry: a bundle cannot
+	// name a built-in, so built-ins keep their meaning.
+	set, err := d.activeBundle(rec.Partition, m.Org, m.Project)
+	if err != nil {
+		return Decision{}, fmt.Errorf("active bundle of %s/%s: %w", m.Org, m.Project, err)
+	}
+	var bundleHash string
 	entry, known := d.reg.lookup(m.Name)
+	if set != nil {
+		if fn, ok := set.Mutator(m.Name); ok {
+			entry, known, bundleHash = registered{fn: fn}, true, set.Hash()
+		}
+	}
 	isCreate := known && entry.system && m.Name == BranchCreate
 	if bs.head == 0 && branch != schemas.DefaultBranch && !isCreate {
 		return rejected(0, fmt.Sprintf("branch %s does not exist: create it with %s", branch, BranchCreate)), nil
@@ -248,9 +266,19 @@ func (d *Decider) Decide(rec MutationRecord) (Decision, error) {
 		return d.branchCreate(rec, bs, branch, args)
 	}
 
+	dec, err := d.run(rec, bs, branch, args, entry.fn)
+	if err == nil && bundleHash != "" && dec.Version != nil {
+		dec.Version.Bundle = bundleHash
+	}
+	return dec, err
+}
+
+// run runs a mutator and records its outcome.
+func (d *Decider) run(rec MutationRecord, bs *branchState, branch string, args json.RawMessage, fn Mutator) (Decision, error) {
+	m := rec.Mutation
 	t := &tx{d: d, bs: bs, mut: *m, now: time.UnixMilli(rec.Timestamp.UnixMilli()).UTC(), scalars: bs.scalars}
 	t.mut.Branch = branch
-	merr := run(entry.fn, t, args, m.Name)
+	merr := run(fn, t, args, m.Name)
 	t.done = true
 	if t.err != nil {
 		return Decision{}, t.err

@@ -39,6 +39,16 @@ type Config struct {
 	// through Kafka are decided by the sequencers' registry: give this
 	// one the same mutators, or a dry run decides differently.
 	Registry *model.Registry
+	// Bundles compiles the mutator bundles that in-memory decisions need:
+	// a re-sent mutation is decided with the bundle its source version
+	// recorded, read from the changelog. Nil: a job that meets a version
+	// decided by a bundle fails, saying so.
+	Bundles *model.BundleCache
+	// Mutators, if set, decides every re-sent mutation of an in-memory
+	// job (dry runs, in-memory replays) instead of the recorded bundles:
+	// what the history would have been under other logic. Jobs through
+	// Kafka refuse it: the sequencers decide with the deployed bundle.
+	Mutators model.MutatorSet
 	// Limits are the limits of decoded records and in-memory decisions;
 	// zero fields take schemas.DefaultLimits.
 	Limits schemas.Limits

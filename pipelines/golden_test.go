@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/schemas"
 )
 
 // TestGolden runs the replay and rebase scenarios of testdata/golden, one
@@ -35,6 +37,10 @@ import (
 //	lineage target=X source=Y versions=N principal=P
 //	export branch=X
 //	import target=org/name@branch [from=<branch>]
+//	deploy                  (the input is a mutator bundle: deployed for the project)
+//	bundle name=X           (the input is a mutator bundle, kept for rebase mutators=X)
+//	rebase … mutators=X     (decides the dry run with bundle X)
+//	bundles branch=X        (the bundle each version of X names)
 //
 // Hashes print as h1, h2, … in the order they first appear in the file,
 // so that the outputs show which states are equal without depending on
@@ -78,6 +84,7 @@ type golden struct {
 	started time.Time // before the last rebase that was not a dry run
 	snap    *Snapshot // of the last export
 	hashes  map[string]string
+	bundles map[string]string // by name: bundle directives' sources
 }
 
 // h names a hash by the order of its first appearance; "-" is none.
@@ -203,6 +210,17 @@ func (g *golden) run(t *testing.T, ctx context.Context, d *datadriven.TestData) 
 		}
 		cfg := g.e.cfg
 		cfg.Principal = args["principal"]
+		if name, ok := args["mutators"]; ok {
+			src, ok := g.bundles[name]
+			if !ok {
+				d.Fatalf(t, "mutators=%s: no bundle of that name", name)
+			}
+			set, err := cfg.Bundles.Compile([]byte(src))
+			if err != nil {
+				return "", err
+			}
+			cfg.Mutators = set
+		}
 		before := g.e.mutationsEnd(t, ctx)
 		if !opt.DryRun {
 			g.started = time.Now()
@@ -271,6 +289,35 @@ func (g *golden) run(t *testing.T, ctx context.Context, d *datadriven.TestData) 
 		fmt.Fprintf(&b, "%s from %q\n", res.Target, res.From)
 		g.counts(&b, res.Counts)
 		fmt.Fprintf(&b, "target head %d, state %s; snapshot state %s; matches %t\n", res.TargetHead, g.h(res.TargetStateHash), g.h(res.SnapshotStateHash), res.Matches)
+	case "deploy":
+		src := d.Input + "\n"
+		dep := &schemas.Deploy{Org: g.project.Org, Project: g.project.Project, Hash: schemas.BundleHash([]byte(src)), Bundle: src, DeployedAt: 1}
+		v, err := schemas.EncodeDeploy(dep)
+		if err != nil {
+			return "", err
+		}
+		key := schemas.DeployKey(dep.Org, dep.Project)
+		rec := &kgo.Record{Topic: g.e.Topics.Mutations, Key: key, Value: v, Partition: schemas.Partition(key, g.e.Partitions),
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaDeployV1)}}}
+		if err := g.e.Client.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "deployed %s for %s\n", g.h(dep.Hash), g.project)
+	case "bundle":
+		if g.bundles == nil {
+			g.bundles = map[string]string{}
+		}
+		g.bundles[args["name"]] = d.Input + "\n"
+		fmt.Fprintf(&b, "bundle %s is %s\n", args["name"], g.h(schemas.BundleHash([]byte(d.Input+"\n"))))
+	case "bundles":
+		br := g.branch(args["branch"])
+		vs, err := g.e.store.Versions(br.Org, br.Project, br.Branch, 1, 1000)
+		if err != nil {
+			return "", err
+		}
+		for _, v := range vs {
+			fmt.Fprintf(&b, "version %d %s: bundle %s\n", v.Version, v.Mutations[0].Name, g.h(v.Bundle))
+		}
 	default:
 		d.Fatalf(t, "unknown directive %s", d.Cmd)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/bundle"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
 )
@@ -34,10 +35,17 @@ func newEnv(t testing.TB, reg *model.Registry) *env {
 	if reg == nil {
 		reg = model.NewRegistry()
 	}
-	s := canontest.Start(t, canontest.Options{Partitions: testPartitions, Registry: reg})
+	bundles := model.NewBundleCache(func(src []byte) (model.MutatorSet, error) {
+		b, err := bundle.Compile(src, bundle.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	})
+	s := canontest.Start(t, canontest.Options{Partitions: testPartitions, Registry: reg, Bundles: bundles})
 	return &env{
 		Stack: s,
-		cfg:   Config{Kafka: s.Kafka, Topics: s.Topics, Registry: reg},
+		cfg:   Config{Kafka: s.Kafka, Topics: s.Topics, Registry: reg, Bundles: bundles},
 		store: s.Store,
 		adm:   kadm.NewClient(s.Client),
 	}

@@ -221,6 +221,21 @@ func (h *history) take(evs []changelog.Event) (versions []*schemas.Version, reje
 	return h.fresh, rejected, nil
 }
 
+// knowsScope reports whether a deploy's scope (a project, or with project
+// "" an org) covers a project of the history.
+func (h *history) knowsScope(org, project string) bool {
+	if project != "" {
+		_, ok := h.projects[ProjectRef{org, project}]
+		return ok
+	}
+	for p := range h.projects {
+		if p.Org == org {
+			return true
+		}
+	}
+	return false
+}
+
 // historySink is the history as the materializer's sink: the chunks and
 // new versions of the history's projects go to the in-memory store, and
 // the versions the store took to their branches; other projects' records
@@ -236,6 +251,14 @@ func (s historySink) Apply(p int32, recs []store.Record, next int64) error {
 	for _, r := range recs {
 		if c := r.Chunk; c != nil {
 			if _, ok := h.projects[ProjectRef{c.Org, c.Project}]; ok {
+				keep = append(keep, r)
+			}
+			continue
+		}
+		if d := r.Deploy; d != nil {
+			// The bundle activations of the history's projects (and their
+			// orgs'): what in-memory decisions run.
+			if h.knowsScope(d.Org, d.Project) {
 				keep = append(keep, r)
 			}
 			continue

@@ -107,7 +107,7 @@ func (h *history) sourceSteps(src BranchRef, from, to uint64, target BranchRef, 
 			steps = append(steps, step{
 				m:    resent(o, o.ID-shift[o.Client], args, target),
 				ts:   time.UnixMilli(ver.TS).UTC(),
-				orig: &origin{src: src, version: v, outcome: o, last: k == len(ver.Mutations)-1, stateHash: ver.StateHash, items: ver.Items},
+				orig: &origin{src: src, version: v, outcome: o, last: k == len(ver.Mutations)-1, stateHash: ver.StateHash, items: ver.Items, bundle: ver.Bundle},
 			})
 		}
 	}
@@ -201,6 +201,9 @@ func describeBase(v *schemas.Version) string {
 // many the target held before.
 func (h *history) run(ctx context.Context, target BranchRef, steps []step, inMemory bool) ([]result, int, error) {
 	if !inMemory {
+		if err := h.checkKafkaBundles(target, steps); err != nil {
+			return nil, 0, err
+		}
 		res, err := h.produceAndWait(ctx, target, steps)
 		if err != nil {
 			return nil, 0, err

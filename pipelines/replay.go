@@ -353,7 +353,7 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]
 			steps = append(steps, step{
 				m:    resent(o, m.ID, m.Args, src),
 				ts:   r.Timestamp.UTC(),
-				orig: &origin{src: src, version: a.v.Version, outcome: o, last: a.k == len(a.v.Mutations)-1, stateHash: a.v.StateHash, items: a.v.Items},
+				orig: &origin{src: src, version: a.v.Version, outcome: o, last: a.k == len(a.v.Mutations)-1, stateHash: a.v.StateHash, items: a.v.Items, bundle: a.v.Bundle},
 			})
 			steps[len(steps)-1].m.Name = m.Name
 		})

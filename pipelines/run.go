@@ -51,6 +51,9 @@ type origin struct {
 	last      bool
 	stateHash string
 	items     []schemas.ItemChange
+	// bundle is the hash of the mutator bundle that decided the source
+	// version ("" for the built-ins and Go mutators).
+	bundle string
 }
 
 // result is what became of a step on the target.
@@ -83,6 +86,8 @@ type clientID struct {
 func (h *history) decide(target ProjectRef, steps []step) ([]result, error) {
 	p := h.projects[target]
 	d := model.NewDecider(h.store, h.cfg.Registry, h.cfg.Limits)
+	sb := &stepBundles{h: h, p: p}
+	d.SetBundles(sb)
 	results := make([]result, len(steps))
 	var recs []store.Record
 	next, _ := h.tail.Next(h.cfg.Topics.Versions, p)
@@ -101,6 +106,7 @@ func (h *history) decide(target ProjectRef, steps []step) ([]result, error) {
 	for i := range steps {
 		s := &steps[i]
 		m := s.m
+		sb.cur = s
 		dec, err := d.Decide(model.MutationRecord{Mutation: &m, Timestamp: s.ts, Partition: p, Offset: int64(i)})
 		if err != nil {
 			return nil, fmt.Errorf("decide mutation %d of client %s: %w", m.ID, m.Client, err)

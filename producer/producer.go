@@ -100,6 +100,11 @@ type Config struct {
 	// just after Kafka committed it). Nil answers as soon as the changelog
 	// has the outcome.
 	Readable func(ctx context.Context, partition int32, next int64) error
+	// CheckBundle compiles a mutator bundle and returns its mutators'
+	// names, or why it cannot run (model/bundle's Compile): a deploy that
+	// fails it is refused with 400 invalid_bundle before anything is
+	// written. Nil refuses every deploy with 501.
+	CheckBundle func(src []byte) (names []string, err error)
 }
 
 func (c *Config) setDefaults() {
@@ -198,8 +203,9 @@ func New(cfg Config) (*Producer, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
 		// Keyed records go where Java's default partitioner puts them
-		// (murmur2), which is schemas.Partition.
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		// (murmur2), which is schemas.Partition; an org deploy's records
+		// go to the partition they name (deploy.go).
+		kgo.RecordPartitioner(partitioner()),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka producer: %w", err)
@@ -269,8 +275,10 @@ func (p *Producer) Mount(mux *http.ServeMux) {
 // check it).
 func (p *Producer) Routes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"POST /v1/projects/{org}/{project}/push":   p.handlePush,
-		"POST /replicache/v1/{org}/{project}/push": p.handleReplicachePush,
+		"POST /v1/projects/{org}/{project}/push":    p.handlePush,
+		"POST /replicache/v1/{org}/{project}/push":  p.handleReplicachePush,
+		"PUT /v1/projects/{org}/{project}/mutators": p.handleDeploy,
+		"PUT /v1/orgs/{org}/mutators":               p.handleDeploy,
 	}
 }
 

@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/canon-sync/canon/internal/testenv"
 )
 
 // docs/openapi.yaml passes Redocly's linter with the rules of
 // tools/openapi-lint/redocly.yaml (warnings are errors), with the
 // version of the linter pinned there and installed by npm ci.
 func TestOpenAPILint(t *testing.T) {
-	dir := npmProject(t, filepath.Join("..", "tools", "openapi-lint"), "@redocly/cli")
+	dir := testenv.NPMProject(t, filepath.Join("..", "tools", "openapi-lint"), "@redocly/cli")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "node_modules", ".bin", "redocly"), "lint",

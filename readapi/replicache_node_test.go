@@ -48,39 +48,10 @@ func startPipeline(t *testing.T, partitions int32) *pipeline {
 	}
 }
 
-// nodeProject prepares readapi/testdata/replicache (see npmProject).
+// nodeProject prepares readapi/testdata/replicache (see testenv.NPMProject).
 func nodeProject(t *testing.T) string {
 	t.Helper()
-	return npmProject(t, filepath.Join("testdata", "replicache"), "replicache")
-}
-
-// npmProject prepares the npm project in dir: node and npm must be there
-// (in CI their absence fails the test), and npm ci installs the locked
-// packages when node_modules lacks the package named installed.
-func npmProject(t *testing.T, dir, installed string) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if testenv.InCI() {
-				t.Fatalf("%s is not installed: the test needs Node 20+ with npm", tool)
-			}
-			t.Skipf("%s is not installed: the test needs Node 20+ with npm", tool)
-		}
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", installed)); err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-	}
-	return dir
+	return testenv.NPMProject(t, filepath.Join("testdata", "replicache"), "replicache")
 }
 
 // Two stock Replicache clients (the replicache npm package, in Node) edit

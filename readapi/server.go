@@ -140,6 +140,8 @@ func (s *Server) Routes() []Route {
 		{http.MethodGet, "/v1/projects/{org}/{project}/blobs/{hash}", "blob", s.handleBlob},
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}", "client", s.handleClient},
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}/mutations/{id}", "mutation", s.handleMutation},
+		{http.MethodGet, "/v1/projects/{org}/{project}/mutators", "mutators", s.handleMutators},
+		{http.MethodGet, "/v1/projects/{org}/{project}/mutators/bundle", "mutators_bundle", s.handleMutatorsBundle},
 		{http.MethodPost, "/replicache/v1/{org}/{project}/pull", "replicache_pull", s.handleReplicachePull},
 	}
 }

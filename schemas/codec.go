@@ -62,13 +62,13 @@ func RejectReason(err error) string {
 // readable lists the majors of each kind this build reads.
 func readable(kind string) (majors []int, ok bool) {
 	switch kind {
-	case KindMutation, KindVersion, KindChunk, KindRejected:
+	case KindMutation, KindVersion, KindChunk, KindRejected, KindDeploy:
 		return []int{1}, true
 	}
 	return nil, false
 }
 
-const knownKinds = "mutation, version, chunk, rejected"
+const knownKinds = "mutation, version, chunk, rejected, deploy"
 
 // ParseSchema parses a canon-schema header value, "<kind>/v<major>" such
 // as "mutation/v1", and checks that this build reads it. On an unknown
@@ -84,6 +84,8 @@ func ParseSchema(header string) (kind string, major int, err error) {
 		return KindChunk, 1, nil
 	case SchemaRejectedV1:
 		return KindRejected, 1, nil
+	case SchemaDeployV1:
+		return KindDeploy, 1, nil
 	}
 	if header == "" {
 		return "", 0, fmt.Errorf("%w: the record has no %s header: its producer must set it to the record's kind and major version, e.g. %q",

@@ -105,6 +105,28 @@ func FuzzDecodeRejected(f *testing.F) {
 	})
 }
 
+func FuzzDecodeDeploy(f *testing.F) {
+	seedGolden(f, KindDeploy)
+	f.Fuzz(func(t *testing.T, value []byte) {
+		d, err := DecodeDeploy(SchemaDeployV1, value)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		b, err := EncodeDeploy(d)
+		if err != nil {
+			t.Fatalf("decoded %+v, but encoding it fails: %v", d, err)
+		}
+		again, err := DecodeDeploy(SchemaDeployV1, b)
+		if err != nil {
+			t.Fatalf("decode the encoding: %v\n%s", err, b)
+		}
+		if !reflect.DeepEqual(again, d) {
+			t.Fatalf("decode(encode(d)) != d\n got: %+v\nwant: %+v", again, d)
+		}
+	})
+}
+
 func FuzzDecodeChunk(f *testing.F) {
 	seedGolden(f, KindChunk)
 	f.Fuzz(func(t *testing.T, hash string, key, value []byte) {

@@ -25,7 +25,7 @@ type golden struct {
 	wantErr    string // invalid
 }
 
-var jsonKinds = []string{KindMutation, KindVersion, KindRejected}
+var jsonKinds = []string{KindMutation, KindVersion, KindRejected, KindDeploy}
 
 func schemaOf(kind string) string { return kind + "/v1" }
 
@@ -87,6 +87,8 @@ func decode(kind string, value []byte, l Limits) (any, error) {
 		return DecodeVersion(SchemaVersionV1, value, l)
 	case KindRejected:
 		return DecodeRejected(SchemaRejectedV1, value, l)
+	case KindDeploy:
+		return DecodeDeploy(SchemaDeployV1, value)
 	}
 	panic("no JSON decoder for " + kind)
 }
@@ -99,6 +101,8 @@ func encode(v any, l Limits) ([]byte, error) {
 		return EncodeVersion(v, l)
 	case *Rejected:
 		return EncodeRejected(v, l)
+	case *Deploy:
+		return EncodeDeploy(v)
 	}
 	panic("no JSON encoder")
 }

@@ -21,6 +21,8 @@ func JSONSchema(schema string) (doc []byte, ok bool) {
 		name = "version.v1.json"
 	case SchemaRejectedV1:
 		name = "rejected.v1.json"
+	case SchemaDeployV1:
+		name = "deploy.v1.json"
 	default:
 		return nil, false
 	}

@@ -171,6 +171,7 @@ type versionMembers struct {
 	stateHash                             []byte
 	source                                sourceRefMembers
 	decidedAt                             []byte
+	bundle                                []byte
 }
 
 func (v *versionMembers) walk(d []byte, at, depth int) (int, bool) {
@@ -205,6 +206,8 @@ func (v *versionMembers) walk(d []byte, at, depth int) (int, bool) {
 			return v.nest(&v.source.raw, "source", d, at, vd, '{', v.source.walk)
 		case "decidedAt":
 			return v.value(&v.decidedAt, "decidedAt", d, at, vd)
+		case "bundle":
+			return v.value(&v.bundle, "bundle", d, at, vd)
 		}
 		return skip(d, at, vd)
 	})
@@ -232,6 +235,7 @@ func parseVersion(v *versionMembers, ver *Version) error {
 	}
 	sc, ok := c.object(v.source.raw, "source", &v.source.bound)
 	ver.DecidedAt = c.int(v.decidedAt, "decidedAt", 0, math.MaxInt64, false)
+	ver.Bundle = c.str(v.bundle, "bundle", false)
 	if ok && c.err == nil {
 		ver.Source = SourceRef{
 			Partition: int32(sc.int(v.source.partition, "partition", 0, math.MaxInt32, true)),

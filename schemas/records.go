@@ -189,6 +189,10 @@ type Version struct {
 	// metadata beside TS, which mutators see; 0 in records of releases
 	// before it. The version's commit time is its record's timestamp.
 	DecidedAt int64 `json:"decidedAt,omitempty"`
+	// Bundle is the hash of the mutator bundle (see Deploy) whose mutator
+	// decided the version's mutation; empty when a built-in or a Go
+	// mutator did. Replays decide the mutation again with that bundle.
+	Bundle string `json:"bundle,omitempty"`
 }
 
 // SourceRef is a position in a topic.
@@ -218,6 +222,7 @@ const (
 	ReasonGap           = "gap"            // id > last+1: resend from ExpectedID
 	ReasonUnauthorized  = "unauthorized"   // the client group belongs to another principal, or the client to another group
 	ReasonProjection    = "projection"     // a projector could not handle a changelog record
+	ReasonBadBundle     = "bad_bundle"     // a deploy's bundle does not compile
 )
 
 // Rejected is a dead letter in canon.rejected, keyed like its source.

@@ -160,6 +160,11 @@ func validateVersion(v *Version, l Limits, checkJSON bool) error {
 	if v.TS < 0 {
 		return a.errorf("ts", "must be an integer >= 0 (milliseconds since the epoch), got %d", v.TS)
 	}
+	if v.Bundle != "" {
+		if err := ValidateHash("bundle", v.Bundle); err != nil {
+			return err
+		}
+	}
 	if v.DecidedAt < 0 {
 		return a.errorf("decidedAt", "must be an integer >= 0 (milliseconds since the epoch), got %d", v.DecidedAt)
 	}

@@ -35,6 +35,34 @@ import (
 // benchMutations produces n mutations of 200 clients on 100 projects:
 // puts of bodies of about dataBytes, patches and splices of them.
 func benchMutations(b testing.TB, e *topicsEnv, n, dataBytes int) {
+	benchMutationsNamed(b, e, n, dataBytes, "item.")
+}
+
+// benchBundle is the built-ins' logic as JavaScript mutators (a
+// shallow merge for the patch, which is what benchMutations' patches
+// need), for benchMutationsNamed(…, "task."): the same decisions, by the
+// JavaScript engine.
+const benchBundle = `export default {
+  "task.put": (tx, a) => { tx.put(a.collection, a.id, a.data); },
+  "task.patch": (tx, a) => {
+    const it = tx.get(a.collection, a.id);
+    if (!it) { const e = new Error("no item " + a.id); e.code = "not_found"; throw e; }
+    Object.assign(it.data, a.data);
+    tx.put(a.collection, a.id, it.data, it.meta);
+  },
+  "task.splice": (tx, a) => {
+    const it = tx.get(a.collection, a.id);
+    if (!it) { const e = new Error("no item " + a.id); e.code = "not_found"; throw e; }
+    const s = it.data.text;
+    it.data.text = s.slice(0, a.index) + a.insert + s.slice(a.index + a.delete);
+    tx.put(a.collection, a.id, it.data, it.meta);
+  },
+};
+`
+
+// benchMutationsNamed is benchMutations with the mutators' names under
+// prefix: "item." for the built-ins, "task." for benchBundle's.
+func benchMutationsNamed(b testing.TB, e *topicsEnv, n, dataBytes int, prefix string) {
 	b.Helper()
 	const clients, projects = 200, 100
 	rng := mrand.New(mrand.NewPCG(uint64(n), 7))
@@ -63,12 +91,12 @@ func benchMutations(b testing.TB, e *topicsEnv, n, dataBytes int) {
 		var args any
 		switch {
 		case id <= 5 || rng.IntN(3) == 0:
-			name, args = "item.put", map[string]any{"collection": "tasks", "id": item,
+			name, args = prefix+"put", map[string]any{"collection": "tasks", "id": item,
 				"data": map[string]any{"text": "hello world", "n": id, "pad": pad(dataBytes)}}
 		case rng.IntN(2) == 0:
-			name, args = "item.patch", map[string]any{"collection": "tasks", "id": item, "data": map[string]any{"n": id}}
+			name, args = prefix+"patch", map[string]any{"collection": "tasks", "id": item, "data": map[string]any{"n": id}}
 		default:
-			name, args = "item.splice", map[string]any{"collection": "tasks", "id": item, "path": "/text", "index": 0, "delete": 0, "insert": "x"}
+			name, args = prefix+"splice", map[string]any{"collection": "tasks", "id": item, "path": "/text", "index": 0, "delete": 0, "insert": "x"}
 		}
 		raw, err := json.Marshal(args)
 		if err != nil {
@@ -190,12 +218,17 @@ func pipe(ctx context.Context, brokers []string, group, in, out string) error {
 
 // BenchmarkSequencerThroughput measures mutations decided per second by
 // one in-process Sequencer, and the rate of the plain pipe over the same
-// records; ratio is sequencer/pipe.
+// records; ratio is sequencer/pipe. In the same run, js_mut/s and
+// js_ratio are the same mutations decided by JavaScript mutators (an
+// org deploy of benchBundle before them), on topics of their own.
 func BenchmarkSequencerThroughput(b *testing.B) {
 	k := testenv.NewKafka(b)
 	const parts = 12
 	e := newTopicsEnv(b, k.Brokers, parts)
 	benchMutations(b, e, b.N, 1000)
+	js := newTopicsEnv(b, k.Brokers, parts)
+	deployAll(b, js, benchBundle)
+	benchMutationsNamed(b, js, b.N, 1000, "task.")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.ResetTimer()
@@ -237,12 +270,68 @@ func BenchmarkSequencerThroughput(b *testing.B) {
 	if got := testutil.ToFloat64(sequencer.MetricsOf(seq).Outcomes.WithLabelValues("applied")); got != float64(b.N) {
 		b.Fatalf("%v mutations applied, want %d", got, b.N)
 	}
+
+	// The sequencer with JavaScript mutators.
+	b.StartTimer()
+	jsRate, jsApplied := runBenchSequencer(b, ctx, js, parts, int64(b.N)+parts)
+	b.StopTimer()
+	if jsApplied != float64(b.N) {
+		b.Fatalf("%v mutations applied by the JavaScript mutators, want %d", jsApplied, b.N)
+	}
 	b.ReportMetric(seqRate, "mut/s")
 	b.ReportMetric(pipeRate, "pipe_rec/s")
+	b.ReportMetric(jsRate, "js_mut/s")
 	if pipeRate > 0 {
 		b.ReportMetric(seqRate/pipeRate, "ratio")
+		b.ReportMetric(jsRate/pipeRate, "js_ratio")
 	}
 	b.ReportMetric(0, "ns/op") // the rates say it; a mean per mutation over a run with a join would not
+}
+
+// deployAll writes an org deploy of src for org acme, one record to
+// each partition, as the producer does.
+func deployAll(b testing.TB, e *topicsEnv, src string) {
+	b.Helper()
+	d := &schemas.Deploy{Org: "acme", Hash: schemas.BundleHash([]byte(src)), Bundle: src, DeployedAt: 1}
+	v, err := schemas.EncodeDeploy(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for p := range e.parts {
+		recs = append(recs, &kgo.Record{Topic: e.names.Mutations, Partition: p, Key: schemas.DeployKey("acme", ""), Value: v,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaDeployV1)}}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// runBenchSequencer runs a sequencer that compiles bundles on e's topics
+// until it committed n input offsets, and returns its rate and how many
+// mutations it applied.
+func runBenchSequencer(b *testing.B, ctx context.Context, e *topicsEnv, parts int32, n int64) (rate, applied float64) {
+	st, err := store.Open(store.Config{Dir: filepath.Join(b.TempDir(), "store-js"), Partitions: parts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	seq, err := sequencer.New(sequencer.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "bench-js"}, Topics: e.names,
+		Group: e.prefix + "seq", Store: st, Bundles: bundleCache()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(sctx) }()
+	rate = consumedRate(b, e, e.prefix+"seq", e.names.Mutations, n)
+	scancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return rate, testutil.ToFloat64(sequencer.MetricsOf(seq).Outcomes.WithLabelValues("applied"))
 }
 
 // BenchmarkSequencerRestore fills canon.versions by deciding b.N

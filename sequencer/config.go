@@ -66,6 +66,11 @@ type Config struct {
 	Store *store.Store
 	// Registry holds the mutators; default model.NewRegistry().
 	Registry *model.Registry
+	// Bundles compiles the mutator bundles of deploy/v1 records, once per
+	// hash (model/bundle's Compile, with its CPU and memory budgets). Nil
+	// rejects every deploy (reason bad_bundle): the instance runs only
+	// the registry's mutators.
+	Bundles *model.BundleCache
 	// Limits bound every record; default schemas.DefaultLimits().
 	Limits schemas.Limits
 

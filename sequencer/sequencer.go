@@ -66,11 +66,15 @@ func New(cfg Config) (*Sequencer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	decider := model.NewDecider(cfg.Store, cfg.Registry, cfg.Limits)
+	if cfg.Bundles != nil {
+		decider.SetBundles(&storeBundles{st: cfg.Store, cache: cfg.Bundles, reg: cfg.Registry})
+	}
 	return &Sequencer{
 		cfg:         cfg,
 		log:         cfg.Log.With("component", "sequencer", "instance", cfg.InstanceID),
 		m:           newMetrics(cfg.Registerer),
-		decider:     model.NewDecider(cfg.Store, cfg.Registry, cfg.Limits),
+		decider:     decider,
 		owned:       map[int32]bool{},
 		needRestore: map[int32]uint64{},
 		nextTry:     map[int32]time.Time{},
@@ -577,6 +581,9 @@ var errRestorePending = errors.New("a partition of the batch waits for its resto
 // failure, which aborts the transaction.
 func (s *Sequencer) handle(ctx context.Context, sess *kgo.GroupTransactSession, b *batch, r *kgo.Record) (string, error) {
 	schema := header(r, schemas.HeaderSchema)
+	if schema == schemas.SchemaDeployV1 {
+		return s.deploy(ctx, sess, b, r, schema)
+	}
 	m, err := schemas.DecodeMutation(schema, r.Value, s.cfg.Limits)
 	if err != nil {
 		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: schemas.RejectReason(err), Message: err.Error(), Schema: schema, Value: prefix(r.Value)})

@@ -13,11 +13,13 @@ import (
 	"github.com/canon-sync/canon/schemas"
 )
 
-// Record is one decoded record of canon.versions: exactly one of Chunk and
-// Version is set.
+// Record is one decoded record of canon.versions: exactly one of Chunk,
+// Version and Deploy is set.
 type Record struct {
 	Chunk   *schemas.Chunk
 	Version *schemas.Version
+	// Deploy is a bundle activation (see bundles.go).
+	Deploy *schemas.Deploy
 }
 
 // Apply writes decoded changelog records of one partition and the
@@ -68,8 +70,14 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 	defer a.reset()
 
 	for i, r := range recs {
-		if (r.Chunk == nil) == (r.Version == nil) {
-			return fmt.Errorf("apply record %d of partition %d: %w: exactly one of Chunk and Version must be set", i, partition, ErrInvalid)
+		if n := btoi(r.Chunk != nil) + btoi(r.Version != nil) + btoi(r.Deploy != nil); n != 1 {
+			return fmt.Errorf("apply record %d of partition %d: %w: exactly one of Chunk, Version and Deploy must be set", i, partition, ErrInvalid)
+		}
+		if r.Deploy != nil {
+			if err := a.applyDeploy(r.Deploy); err != nil {
+				return fmt.Errorf("apply record %d of partition %d: deploy %s of %s/%s: %w", i, partition, r.Deploy.Hash, r.Deploy.Org, r.Deploy.Project, err)
+			}
+			continue
 		}
 		if r.Chunk == nil {
 			continue
@@ -117,11 +125,20 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 	if err := b.Commit(s.writeOpts()); err != nil {
 		// The batch may or may not have reached the database.
 		ps.forget()
+		ps.forgetDeploys()
 		return fmt.Errorf("commit %d records and offset %d of partition %d: %w", len(recs), nextOffset, partition, err)
 	}
 	ps.committed(a, offset)
+	ps.committedDeploys(a.deploys)
 	s.setApplied(partition, offset)
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // copiesBase reports whether a record is a version that starts a branch
@@ -166,6 +183,9 @@ type applier struct {
 	// applied, if it applied one.
 	source    int64
 	sourceSet bool
+
+	// deploys are the activations the call wrote, by scope.
+	deploys map[scopeID]Deployed
 
 	// The last project found valid and in the partition.
 	org, project string

@@ -33,6 +33,14 @@ type partitionState struct {
 	// them stored. Chunks are only ever deleted with the whole partition
 	// (DropPartition), which clears the set and moves chunkGen on, so
 	// that an answer read before the drop is not remembered after it.
+	// deploys are the partition's active bundle deploys by scope, loaded
+	// by the first query and kept current by Apply; deployGen moves on
+	// with every change, so that a load that raced one is not kept.
+	bundleMu      sync.RWMutex
+	deploys       map[scopeID]Deployed
+	deploysLoaded bool
+	deployGen     uint64
+
 	chunkMu      sync.RWMutex
 	chunkGen     uint64
 	storedChunks map[blobID]struct{}
@@ -115,6 +123,7 @@ func (a *applier) reset() {
 	a.s, a.b, a.r = nil, nil, nil
 	a.org, a.project = "", ""
 	a.source, a.sourceSet = 0, false
+	a.deploys = nil
 	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests)+len(a.groupClients) > maxReusedEntries {
 		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests = nil, nil, nil, nil, nil
 		a.groups, a.groupClients, a.clients = nil, nil, nil

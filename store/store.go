@@ -228,6 +228,7 @@ func (s *Store) DropPartition(p int32) error {
 	// After the delete: a HasChunk that read a chunk before it does not
 	// remember the answer.
 	defer ps.forgetChunks()
+	defer ps.forgetDeploys()
 	if err := s.db.DeleteRange(start, prefixEnd(start), pebble.Sync); err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)
 	}

@@ -187,10 +187,11 @@ type versionHeader struct {
 
 // versionRecordFormat is the format the store writes. Format 3 is
 // format 2 followed by the analysts' members of a version (see
-// appendVersionTrailer); format 2 records, written before them, are still
-// read.
+// appendVersionTrailer); format 4 adds the bundle hash after them.
+// Records of formats 2 and 3, written before, are still read.
 const (
-	versionRecordFormat   byte = 3
+	versionRecordFormat   byte = 4
+	versionRecordFormatV3 byte = 3
 	versionRecordFormatV2 byte = 2
 )
 
@@ -317,10 +318,11 @@ func appendVersionBody(b []byte, v *schemas.Version) []byte {
 	return appendVersionTrailer(b, v)
 }
 
-// appendVersionTrailer appends what format 3 added to a version: when the
-// sequencer decided it, and each mutation's error code, job and origin
-// (a presence byte before each of the last two), so that the read API
-// serves the version the changelog holds.
+// appendVersionTrailer appends what formats 3 and 4 added to a version:
+// when the sequencer decided it, and each mutation's error code, job and
+// origin (a presence byte before each of the last two), then the hash of
+// the bundle that decided it, so that the read API serves the version
+// the changelog holds.
 func appendVersionTrailer(b []byte, v *schemas.Version) []byte {
 	b = binary.AppendVarint(b, v.DecidedAt)
 	for i := range v.Mutations {
@@ -345,7 +347,7 @@ func appendVersionTrailer(b []byte, v *schemas.Version) []byte {
 			b = binary.AppendUvarint(b, m.Origin.ID)
 		}
 	}
-	return b
+	return appendStr(b, v.Bundle)
 }
 
 func appendStr(b []byte, s string) []byte {
@@ -430,7 +432,7 @@ var hexLower = func() (t [256]byte) {
 func decodeVersionHeader(b []byte) (versionHeader, []byte, error) {
 	d := decoder{b: b}
 	var h versionHeader
-	if h.format = d.byte(); h.format != versionRecordFormat && h.format != versionRecordFormatV2 && d.err == nil {
+	if h.format = d.byte(); h.format != versionRecordFormat && h.format != versionRecordFormatV3 && h.format != versionRecordFormatV2 && d.err == nil {
 		return versionHeader{}, nil, fmt.Errorf("%w: version record of unknown format %d", ErrCorrupt, h.format)
 	}
 	h.sum.Sum = d.hash()
@@ -518,7 +520,7 @@ func decodeVersionRecord(b []byte) (schemas.Version, versionHeader, error) {
 	}
 	v.Source.Partition = int32(d.varint())
 	v.Source.Offset = d.varint()
-	if h.format >= versionRecordFormat {
+	if h.format >= versionRecordFormatV3 {
 		v.DecidedAt = d.varint()
 		for i := range v.Mutations {
 			m := &v.Mutations[i]
@@ -534,6 +536,9 @@ func decodeVersionRecord(b []byte) (schemas.Version, versionHeader, error) {
 				m.Origin.ID = d.uvarint()
 			}
 		}
+	}
+	if h.format >= versionRecordFormat {
+		v.Bundle = d.str()
 	}
 	if err := d.done("version record"); err != nil {
 		return schemas.Version{}, h, err

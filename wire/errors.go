@@ -46,6 +46,7 @@ const (
 	CodeMalformed          = "malformed_json"        // 400: the body is not the JSON the endpoint takes
 	CodeInvalid            = "invalid_field"         // 400: a field or parameter is missing, malformed or out of range
 	CodeEmptyBatch         = "empty_batch"           // 400: no mutations
+	CodeInvalidBundle      = "invalid_bundle"        // 400: a mutator bundle that does not compile (syntax, exports, names)
 	CodeVersion            = "unsupported_version"   // 400: a Replicache pushVersion other than 1
 	CodeUnauthenticated    = "unauthenticated"       // 401: no token, or a bad or expired one
 	CodeForbidden          = "forbidden"             // 403: the token does not reach the org, project or scope
@@ -55,6 +56,7 @@ const (
 	CodeItemNotFound       = "item_not_found"        // 404: no such item at that version
 	CodeBlobNotFound       = "blob_not_found"        // 404: the project holds no body or chunk of that hash
 	CodeMutationNotFound   = "mutation_not_found"    // 404: a decided mutation without a record (store damaged)
+	CodeNoBundle           = "no_bundle"             // 404: no mutator bundle is deployed for the project or its org
 	CodeRequestTimeout     = "request_timeout"       // 408: the body did not arrive within the server's read timeout
 	CodeGroupOwned         = "client_group_owned"    // 409: the client group belongs to another principal
 	CodeClientOwned        = "client_in_other_group" // 409: the client belongs to another client group

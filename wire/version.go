@@ -44,6 +44,10 @@ func AppendVersion(b []byte, v *schemas.Version) ([]byte, error) {
 	b = strconv.AppendInt(b, v.TS, 10)
 	b = append(b, `,"stateHash":`...)
 	b = appendString(b, v.StateHash)
+	if v.Bundle != "" {
+		b = append(b, `,"bundle":`...)
+		b = appendString(b, v.Bundle)
+	}
 	b = append(b, `,"scalars":{`...)
 	var err error
 	for i, name := range sortedKeys(v.Scalars) {

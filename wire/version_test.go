@@ -16,7 +16,7 @@ import (
 // encoding/json.
 func marshalVersion(v *schemas.Version) ([]byte, error) {
 	m := VersionMessage{Type: TypeVersion, Org: v.Org, Project: v.Project, Branch: v.Branch, Version: v.Version,
-		Parent: v.Parent, Base: v.Base, TS: v.TS, StateHash: v.StateHash, Scalars: v.Scalars,
+		Parent: v.Parent, Base: v.Base, TS: v.TS, StateHash: v.StateHash, Bundle: v.Bundle, Scalars: v.Scalars,
 		Items: make([]ItemMessage, len(v.Items)), Mutations: make([]MutationMessage, len(v.Mutations)), LastIDs: v.LastIDs}
 	if m.Scalars == nil {
 		m.Scalars = map[string]json.RawMessage{}
@@ -46,6 +46,9 @@ func randomVersion(r *rand.Rand) *schemas.Version {
 		Version: r.Uint64(), Parent: r.Uint64N(1000), TS: r.Int64() - r.Int64(), StateHash: pick(trickyStrings)}
 	if r.IntN(3) == 0 {
 		v.Base = &schemas.BranchRef{Branch: pick(trickyStrings), Version: r.Uint64N(1 << 40)}
+	}
+	if r.IntN(2) == 0 {
+		v.Bundle = pick(trickyStrings)
 	}
 	if r.IntN(4) > 0 {
 		v.Scalars = map[string]json.RawMessage{}

@@ -86,15 +86,19 @@ type HelloMessage struct {
 // the same whether it comes from the store (catch-up) or live; it is
 // written by AppendVersion.
 type VersionMessage struct {
-	Type      string                     `json:"type"`
-	Org       string                     `json:"org"`
-	Project   string                     `json:"project"`
-	Branch    string                     `json:"branch"`
-	Version   uint64                     `json:"version"`
-	Parent    uint64                     `json:"parent"`
-	Base      *schemas.BranchRef         `json:"base,omitempty"`
-	TS        int64                      `json:"ts"`
-	StateHash string                     `json:"stateHash"`
+	Type      string             `json:"type"`
+	Org       string             `json:"org"`
+	Project   string             `json:"project"`
+	Branch    string             `json:"branch"`
+	Version   uint64             `json:"version"`
+	Parent    uint64             `json:"parent"`
+	Base      *schemas.BranchRef `json:"base,omitempty"`
+	TS        int64              `json:"ts"`
+	StateHash string             `json:"stateHash"`
+	// Bundle is the hash of the mutator bundle that decided the version
+	// (absent for the built-in and Go mutators): a client that runs the
+	// bundle optimistically learns when the server's logic changed.
+	Bundle    string                     `json:"bundle,omitempty"`
 	Scalars   map[string]json.RawMessage `json:"scalars"`
 	Items     []ItemMessage              `json:"items"`
 	Mutations []MutationMessage          `json:"mutations"`

@@ -38,6 +38,9 @@ type Options struct {
 	Partitions int32
 	// Registry holds the sequencer's mutators; nil is the built-ins.
 	Registry *model.Registry
+	// Bundles compiles the sequencer's deployed mutator bundles; nil
+	// rejects deploys.
+	Bundles *model.BundleCache
 	// NoSequencer starts no sequencer.
 	NoSequencer bool
 	// StoreCacheSize is the store's block cache; 0 is the store's default.
@@ -114,7 +117,7 @@ func Start(tb testing.TB, opt Options) *Stack {
 	}
 	if !opt.NoSequencer {
 		seq, err := sequencer.New(sequencer.Config{Kafka: s.Kafka, Topics: s.Topics, Store: s.Store,
-			Group: s.Group, Registry: opt.Registry})
+			Group: s.Group, Registry: opt.Registry, Bundles: opt.Bundles})
 		if err != nil {
 			tb.Fatal(err)
 		}

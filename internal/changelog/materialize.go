@@ -440,8 +440,8 @@ func (m *Materializer) Take(evs []Event) error {
 			return fmt.Errorf("changelog record %s[%d]@%d: %w", topic, ev.Partition, ev.Offset, ev.Err)
 		case ev.Err != nil:
 			m.skip(ev.Partition, ev.Offset, ev.Err)
-		case ev.Chunk != nil || ev.Version != nil:
-			ps.recs = append(ps.recs, store.Record{Chunk: ev.Chunk, Version: ev.Version})
+		case ev.Chunk != nil || ev.Version != nil || ev.Deploy != nil:
+			ps.recs = append(ps.recs, store.Record{Chunk: ev.Chunk, Version: ev.Version, Deploy: ev.Deploy})
 			ps.offsets = append(ps.offsets, ev.Offset)
 			ps.bytes += int64(ev.Size)
 			if len(ps.recs) >= m.cfg.Batch {

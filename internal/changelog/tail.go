@@ -47,7 +47,7 @@ type Config struct {
 }
 
 // Event is one record of the changelog. Exactly one of Version, Chunk,
-// Rejected and Err is set; Err is a record that does not decode, which
+// Deploy, Rejected and Err is set; Err is a record that does not decode, which
 // the caller skips (the sequencer never writes one).
 type Event struct {
 	Topic     string
@@ -56,9 +56,11 @@ type Event struct {
 	// Timestamp is the record's Kafka timestamp.
 	Timestamp int64
 	// Size is the length of the record's value.
-	Size     int
-	Version  *schemas.Version
-	Chunk    *schemas.Chunk
+	Size    int
+	Version *schemas.Version
+	Chunk   *schemas.Chunk
+	// Deploy is a bundle activation.
+	Deploy   *schemas.Deploy
 	Rejected *schemas.Rejected
 	Err      error
 }
@@ -200,6 +202,8 @@ func (t *Tail) decode(r *kgo.Record) Event {
 		ev.Rejected, ev.Err = schemas.DecodeRejected(schema, r.Value, t.cfg.Limits)
 		return ev
 	}
-	ev.Chunk, ev.Version, ev.Err = schemas.DecodeChangelog(schema, hash, r.Key, r.Value, t.cfg.Limits)
+	var cr schemas.ChangelogRecord
+	cr, ev.Err = schemas.DecodeChangelog(schema, hash, r.Key, r.Value, t.cfg.Limits)
+	ev.Chunk, ev.Version, ev.Deploy = cr.Chunk, cr.Version, cr.Deploy
 	return ev
 }

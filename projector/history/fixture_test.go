@@ -26,6 +26,8 @@ import (
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/model"
+	"github.com/canon-sync/canon/model/bundle"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
@@ -105,7 +107,14 @@ func (f *fixture) runSequencer(t testing.TB, ctx context.Context) *store.Store {
 		t.Fatal(err)
 	}
 	seq, err := sequencer.New(sequencer.Config{Kafka: f.kcfg(), Topics: f.info.Names, Store: st,
-		Group: f.prefix + "sequencer", SessionTimeout: 3 * time.Second})
+		Group: f.prefix + "sequencer", SessionTimeout: 3 * time.Second,
+		Bundles: model.NewBundleCache(func(src []byte) (model.MutatorSet, error) {
+			b, err := bundle.Compile(src, bundle.Options{})
+			if err != nil {
+				return nil, err
+			}
+			return b, nil
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -464,11 +464,17 @@ func (p *Projector) handle(ctx context.Context, r *kgo.Record) error {
 			hash = string(h.Value)
 		}
 	}
-	c, v, err := schemas.DecodeChangelog(schema, hash, r.Key, r.Value, p.cfg.Limits)
+	cr, err := schemas.DecodeChangelog(schema, hash, r.Key, r.Value, p.cfg.Limits)
 	if err != nil {
 		p.reject(r, schema, err)
 		return nil
 	}
+	if cr.Deploy != nil {
+		// An activation changes no state: the versions after it name
+		// its bundle.
+		return nil
+	}
+	c, v := cr.Chunk, cr.Version
 	if c != nil {
 		project := c.Org + "/" + c.Project
 		if len(ps.chunks) > 0 && ps.chunkProject != project {

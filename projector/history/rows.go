@@ -31,13 +31,14 @@ type versionRows struct {
 	kafkaOffset             []int64
 	decidedAt, committedAt  []time.Time
 	decidedMS, committedMS  []uint64
+	bundle                  []string
 }
 
 func (r *versionRows) columns() []any {
 	return []any{r.org, r.project, r.branch, r.version, r.parent, r.baseBranch, r.baseVersion, r.ts, r.tsMS,
 		r.scalars, r.stateHash, r.itemsChanged, r.mutations, r.applied, r.errored, r.newChunks, r.newBytes,
 		r.sourcePartition, r.sourceOffset, r.kafkaPartition, r.kafkaOffset,
-		r.decidedAt, r.decidedMS, r.committedAt, r.committedMS}
+		r.decidedAt, r.decidedMS, r.committedAt, r.committedMS, r.bundle}
 }
 
 type mutationRows struct {
@@ -69,6 +70,7 @@ type mutationRows struct {
 	originVersion             []uint64
 	originClient              []string
 	originID                  []uint64
+	bundle                    []string
 }
 
 func (r *mutationRows) columns() []any {
@@ -76,7 +78,7 @@ func (r *mutationRows) columns() []any {
 		r.argsHash, r.argsSize, r.status, r.errMsg, r.principal, r.clientTS, r.clientMS, r.receivedAt, r.receivedMS,
 		r.appliedAt, r.appliedMS, r.sourcePartition, r.sourceOffset, r.kafkaOffset,
 		r.errorCode, r.decidedAt, r.decidedMS, r.committedAt, r.committedMS, r.jobKind, r.jobPrincipal, r.jobAt, r.jobMS,
-		r.originProject, r.originBranch, r.originVersion, r.originClient, r.originID}
+		r.originProject, r.originBranch, r.originVersion, r.originClient, r.originID, r.bundle}
 }
 
 // blobRows are the rows of bodies and of chunks: bytes by hash within a
@@ -163,13 +165,13 @@ var (
 	versionsTable = table{"versions", []string{"org", "project", "branch", "version", "parent", "base_branch",
 		"base_version", "ts", "ts_ms", "scalars", "state_hash", "items_changed", "mutations", "mutations_applied",
 		"mutations_error", "new_chunks", "new_bytes", "source_partition", "source_offset", "kafka_partition", "kafka_offset",
-		"decided_at", "decided_ms", "committed_at", "committed_ms"}}
+		"decided_at", "decided_ms", "committed_at", "committed_ms", "bundle"}}
 	mutationsTable = table{"mutations", []string{"org", "project", "branch", "version", "seq", "client_group",
 		"client", "mutation_id", "name", "args", "args_hash", "args_size", "status", "error", "principal",
 		"client_ts", "client_ts_ms", "received_at", "received_ms", "applied_at", "applied_ms",
 		"source_partition", "source_offset", "kafka_offset",
 		"error_code", "decided_at", "decided_ms", "committed_at", "committed_ms", "job_kind", "job_principal", "job_at", "job_ms",
-		"origin_project", "origin_branch", "origin_version", "origin_client", "origin_mutation_id"}}
+		"origin_project", "origin_branch", "origin_version", "origin_client", "origin_mutation_id", "bundle"}}
 	itemsTable = table{"item_changes", []string{"org", "project", "branch", "version", "collection", "item_id",
 		"op", "meta", "hash", "size", "chunks", "new_chunks", "new_bytes", "ts", "ts_ms", "kafka_offset"}}
 	scalarsTable = table{"scalar_changes", []string{"org", "project", "branch", "version", "name", "op", "value",
@@ -421,6 +423,7 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, com
 		mr.decidedMS = append(mr.decidedMS, decidedMS)
 		mr.committedAt = append(mr.committedAt, committedAt)
 		mr.committedMS = append(mr.committedMS, committedMS)
+		mr.bundle = append(mr.bundle, v.Bundle)
 		var job schemas.Job
 		if o.Job != nil {
 			job = *o.Job
@@ -485,4 +488,5 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, com
 	vr.decidedMS = append(vr.decidedMS, decidedMS)
 	vr.committedAt = append(vr.committedAt, committedAt)
 	vr.committedMS = append(vr.committedMS, committedMS)
+	vr.bundle = append(vr.bundle, v.Bundle)
 }

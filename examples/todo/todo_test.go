@@ -1,0 +1,218 @@
+// Package todo_test drives the TypeScript todo example end to end on a
+// real broker, as the README shows it: canon serve, canon mutators
+// deploy of mutators.ts, pushes with the Go client, reads, an in-memory
+// replay under the recorded bundle, and a rebase under changed logic.
+package todo_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/canon-sync/canon/client"
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/canontest"
+	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/schemas"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var serveHTTP = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
+
+var deployed = regexp.MustCompile(`deployed bundle ([0-9a-f]{64}) `)
+
+func TestTodoExampleEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Kafka")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := testenv.NewKafka(t)
+	bin := testenv.BuildCanon(t)
+
+	keysPath := filepath.Join(t.TempDir(), "keys.json")
+	keys := auth.NewKeyset()
+	if err := keys.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.Save(keysPath); err != nil {
+		t.Fatal(err)
+	}
+	token, err := keys.Issue(auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeAdmin},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:ann"}}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := k.Topic(t, "todo") + "."
+	brokers := strings.Join(k.Brokers, ",")
+	p := testenv.NewProgramProcess(t, bin, "canon", "serve", "--brokers", brokers, "--topic-prefix", prefix,
+		"--topic-partitions", "2", "--keys", keysPath, "--http", "127.0.0.1:0", "--roles", "producer,sequencer,readapi",
+		"--data", filepath.Join(testenv.ProcessDir(t, "canon"), "data"))
+	p.Start(ctx)
+	t.Cleanup(p.CheckLog)
+	m := serveHTTP.FindStringSubmatch(p.CurrentLog())
+	if m == nil {
+		t.Fatal("canon did not log its HTTP address")
+	}
+	base := "http://" + m[1]
+	canontest.Wait(t, ctx, "canon ready", func() (bool, error) { return p.Ready(), nil })
+
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "CANON_TOKEN="+token)
+		out, err := cmd.Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				t.Fatalf("canon %s: %v\n%s\n%s", args[0], err, out, ee.Stderr)
+			}
+			t.Fatalf("canon %s: %v", args[0], err)
+		}
+		return string(out)
+	}
+
+	// Deploy the TypeScript mutators: built with what they import, checked
+	// by the server, activated by the sequencer before the command returns.
+	out := run("mutators", "deploy", "--url", base, "--org", "acme", "--project", "todo", "mutators.ts")
+	dm := deployed.FindStringSubmatch(out)
+	if dm == nil || !strings.Contains(out, "active in acme/todo") {
+		t.Fatalf("deploy said %q", out)
+	}
+	hash := dm[1]
+	js, err := os.ReadFile("mutators.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if schemas.BundleHash(js) != hash {
+		t.Errorf("the deployed build of mutators.ts has hash %s, mutators.js %s: rebuild mutators.js", hash, schemas.BundleHash(js))
+	}
+
+	c := client.New(base, client.WithToken(token))
+	var next uint64
+	push := func(name string, args any) client.Outcome {
+		t.Helper()
+		raw, err := json.Marshal(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next++
+		res, err := c.Push(ctx, "acme", "todo", client.Push{ClientGroup: "g1", Mutations: []client.Mutation{
+			{Client: "c1", ID: next, Name: name, Args: raw}}}, client.PushOptions{Wait: true})
+		if err != nil {
+			t.Fatalf("push %s: %v", name, err)
+		}
+		return res.Outcomes[0]
+	}
+	applied := func(o client.Outcome) {
+		t.Helper()
+		if o.Status != client.Applied {
+			t.Fatalf("outcome %+v, want applied", o)
+		}
+	}
+	applied(push("todo.create", map[string]any{"id": "milk", "title": "buy milk", "order": 1}))
+	applied(push("todo.create", map[string]any{"id": "bread", "title": "buy bread", "order": 2}))
+	applied(push("todo.toggle", map[string]any{"id": "milk"}))
+	applied(push("todo.rename", map[string]any{"id": "milk", "title": "buy oat milk", "from": "buy milk"}))
+	stale := push("todo.rename", map[string]any{"id": "milk", "title": "buy soy milk", "from": "buy milk"})
+	if stale.Status != client.Errored || !strings.Contains(stale.Error, `renamed to "buy oat milk" meanwhile`) {
+		t.Fatalf("stale rename: %+v, want an error naming the title that won", stale)
+	}
+	applied(push("todo.move", map[string]any{"id": "bread", "column": "doing", "order": 0.5}))
+	if o := push("todo.create", map[string]any{"id": "milk", "title": "again"}); o.Status != client.Errored || !strings.Contains(o.Error, "exists already") {
+		t.Fatalf("create of an existing todo: %+v", o)
+	}
+	applied(push("item.put", map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hi"}}))
+
+	var milk struct {
+		Data struct {
+			Title string `json:"title"`
+			Done  bool   `json:"done"`
+		} `json:"data"`
+	}
+	get(t, ctx, base+"/v1/projects/acme/todo/items/todos/milk", token, &milk)
+	if milk.Data.Title != "buy oat milk" || !milk.Data.Done {
+		t.Fatalf("milk = %+v", milk.Data)
+	}
+	var vs struct {
+		Versions []schemas.Version `json:"versions"`
+	}
+	get(t, ctx, base+"/v1/projects/acme/todo/versions?from=1", token, &vs)
+	for _, v := range vs.Versions {
+		want := hash
+		if v.Mutations[0].Name == "item.put" {
+			want = ""
+		}
+		if v.Bundle != want {
+			t.Errorf("version %d (%s) names bundle %q, want %q", v.Version, v.Mutations[0].Name, v.Bundle, want)
+		}
+	}
+
+	// The replay decides every version again with the bundle it recorded
+	// and reproduces every state hash.
+	var rep struct {
+		Checked       int  `json:"checked"`
+		Deterministic bool `json:"deterministic"`
+	}
+	out = run("replay", "--brokers", brokers, "--topic-prefix", prefix, "--project", "acme/todo", "--in-memory", "--json")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.Deterministic || rep.Checked != int(next) {
+		t.Fatalf("replay: %s (%v), want deterministic over %d versions", out, err, next)
+	}
+
+	// What if renames had no conflict rule? A rebase under that bundle
+	// applies the stale rename, and says so.
+	lenient := strings.Replace(string(js), "if (t.title !== from) {", "if (false) {", 1)
+	if lenient == string(js) {
+		t.Fatal("mutators.js has no rename conflict rule to take out")
+	}
+	alt := filepath.Join(t.TempDir(), "lenient.js")
+	if err := os.WriteFile(alt, []byte(lenient), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reb struct {
+		Conflicts []struct {
+			Mutation  struct{ Name string } `json:"mutation"`
+			Status    string                `json:"status"`
+			NewStatus string                `json:"newStatus"`
+		} `json:"conflicts"`
+	}
+	out = run("rebase", "--brokers", brokers, "--topic-prefix", prefix, "--project", "acme/todo", "--from", "3",
+		"--onto", "main@2", "--into", "lenient", "--dry-run", "--mutators", alt, "--json")
+	if err := json.Unmarshal([]byte(out), &reb); err != nil {
+		t.Fatalf("rebase output %q: %v", out, err)
+	}
+	if len(reb.Conflicts) != 1 || reb.Conflicts[0].Mutation.Name != "todo.rename" || reb.Conflicts[0].Status != "error" || reb.Conflicts[0].NewStatus != "applied" {
+		t.Fatalf("rebase under the lenient bundle: %s, want the stale rename applied", out)
+	}
+}
+
+func get(t *testing.T, ctx context.Context, url, token string, v any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
