@@ -100,6 +100,10 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 	if err != nil {
 		return err
 	}
+	noSync, err := parseStoreSync(f.storeSync)
+	if err != nil {
+		return err
+	}
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -162,9 +166,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 		return err
 	}
 	n.pprof = f.pprof
-	if n.storeNoSync, err = parseStoreSync(f.storeSync); err != nil {
-		return err
-	}
+	n.storeNoSync = noSync
 	n.cors = cors
 	n.mutators = mutators
 	if n.bundleOpts, err = f.bundles.options(); err != nil {

@@ -99,6 +99,10 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 	if err != nil {
 		return err
 	}
+	noSync, err := parseStoreSync(f.storeSync)
+	if err != nil {
+		return err
+	}
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -113,9 +117,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 	}
 	n.bundles = newBundleCache(n.bundleOpts)
 	n.pprof = f.pprof
-	if n.storeNoSync, err = parseStoreSync(f.storeSync); err != nil {
-		return err
-	}
+	n.storeNoSync = noSync
 	n.cors = cors
 	if f.keys != "" {
 		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {
