@@ -2,8 +2,8 @@ package loadgen
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -146,18 +146,7 @@ func brokerPID(brokers []string) int {
 		if err != nil {
 			continue
 		}
-		inodes := map[string]bool{}
-		for _, read := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} {
-			lines, err := read()
-			if err != nil {
-				continue
-			}
-			for _, l := range lines {
-				if l.LocalPort == pn && l.St == 0x0A { // LISTEN
-					inodes[fmt.Sprintf("socket:[%d]", l.Inode)] = true
-				}
-			}
-		}
+		inodes := listeningSockets(pn)
 		if len(inodes) == 0 {
 			continue
 		}
@@ -183,6 +172,32 @@ func brokerPID(brokers []string) int {
 		}
 	}
 	return 0
+}
+
+// listeningSockets returns the inodes ("socket:[N]", as /proc/PID/fd
+// links name them) of the TCP sockets listening on port, from
+// /proc/net/tcp and tcp6: "sl local_address rem_address st … inode", the
+// address as HEXIP:HEXPORT, state 0A is LISTEN.
+func listeningSockets(port uint64) map[string]bool {
+	inodes := map[string]bool{}
+	for _, path := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); !ok || err != nil || p != port {
+				continue
+			}
+			inodes["socket:["+f[9]+"]"] = true
+		}
+	}
+	return inodes
 }
 
 // cpuOf is the CPU time (user + system) of process pid so far; 0 for pid 0.

@@ -3,6 +3,8 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -163,5 +165,25 @@ func TestRunEdits(t *testing.T) {
 		t.Logf("the broker's process is not on this machine (%s): its CPU is not measured", k.Provider)
 	} else if c.BrokerCPU <= 0 || raw.BrokerCPU <= 0 {
 		t.Errorf("the local broker's CPU time: %s during Canon's run, %s during the baseline; want both measured", c.BrokerCPU, raw.BrokerCPU)
+	}
+}
+
+// TestBrokerPID: the process listening on a loopback port is found (here
+// the test itself), and none for a port nobody listens on.
+func TestBrokerPID(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if got := brokerPID([]string{addr}); got != os.Getpid() {
+		t.Errorf("brokerPID(%s) = %d, want this process %d", addr, got, os.Getpid())
+	}
+	l.Close()
+	if got := brokerPID([]string{addr}); got != 0 {
+		t.Errorf("brokerPID(%s) after close = %d, want 0", addr, got)
+	}
+	if got := brokerPID([]string{"kafka.example:9092"}); got != 0 {
+		t.Errorf("brokerPID of a remote broker = %d, want 0", got)
 	}
 }
