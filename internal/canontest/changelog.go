@@ -1,12 +1,18 @@
 package canontest
 
 import (
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/store"
@@ -154,4 +160,60 @@ func StoreHeads(st *store.Store, p int32) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// ProduceChangelog writes n versions of gen to partition p of the
+// changelog topic as a sequencer does: chunks and versions with their
+// schema headers, perTxn versions per transaction of txn (a client with a
+// transactional id and a manual partitioner).
+func ProduceChangelog(tb testing.TB, txn *kgo.Client, topic string, p int32, gen *ChangelogGen, n, perTxn int) {
+	tb.Helper()
+	ctx := context.Background()
+	l := schemas.DefaultLimits()
+	var errMu sync.Mutex
+	var firstErr error
+	done := func(_ *kgo.Record, err error) {
+		if err != nil {
+			errMu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			errMu.Unlock()
+		}
+	}
+	for i := 0; i < n; {
+		if err := txn.BeginTransaction(); err != nil {
+			tb.Fatal(err)
+		}
+		for end := min(n, i+perTxn); i < end; i++ {
+			for _, r := range gen.Next() {
+				var rec *kgo.Record
+				switch {
+				case r.Chunk != nil:
+					value, hash := schemas.EncodeChunk(r.Chunk)
+					rec = &kgo.Record{Key: schemas.ProjectKey(r.Chunk.Org, r.Chunk.Project), Value: value, Headers: []kgo.RecordHeader{
+						{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaChunkV1)}, {Key: schemas.HeaderChunkHash, Value: []byte(hash)}}}
+				default:
+					value, err := schemas.EncodeVersion(r.Version, l)
+					if err != nil {
+						tb.Fatal(err)
+					}
+					rec = &kgo.Record{Key: schemas.ProjectKey(r.Version.Org, r.Version.Project), Value: value, Headers: []kgo.RecordHeader{
+						{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaVersionV1)}}}
+				}
+				rec.Topic, rec.Partition = topic, p
+				txn.Produce(ctx, rec, done)
+			}
+		}
+		if err := txn.Flush(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		errMu.Lock()
+		err := firstErr
+		errMu.Unlock()
+		if err != nil {
+			tb.Fatalf("produce the changelog: %v", err)
+		}
+		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
