@@ -32,6 +32,7 @@ type devFlags struct {
 	kafkaPort   int
 	clickhouse  devClickHouseFlags
 	corsOrigins []string
+	ckpt        checkpointFlags
 }
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -88,6 +89,7 @@ else runs and the command that installs it is printed.`,
 		"address of the embedded broker, host:port; replaces --kafka-port, and a busy one is an error")
 	f.clickhouse.register(cmd)
 	registerCORSFlag(cmd, &f.corsOrigins, devCORSOrigins)
+	f.ckpt.register(cmd, "object store of partition checkpoints, file:///DIR or s3://BUCKET?region=R (default: the directory checkpoints/ under --data)")
 	return cmd
 }
 
@@ -160,6 +162,10 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 	n.pprof = f.pprof
 	n.cors = cors
 	n.mutators = mutators
+	if f.ckpt.url == "" {
+		f.ckpt.url = devCheckpointURL(data)
+	}
+	n.checkpoints = &f.ckpt
 	keysPath := filepath.Join(data, "keys.json")
 	keys, err := devKeyset(keysPath)
 	if err != nil {

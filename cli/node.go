@@ -127,6 +127,9 @@ type node struct {
 	partitions []int32
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
+	// checkpoints are the --checkpoint-* flags; no checkpoints when its
+	// url is empty.
+	checkpoints *checkpointFlags
 	// cors says which browser origins may use the HTTP APIs and the
 	// websocket (--cors-origins); nil allows none but the server's own.
 	cors *httpapi.CORS

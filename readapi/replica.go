@@ -36,7 +36,11 @@ type ReplicaConfig struct {
 	Rejections bool
 	// Limits bound decoded records; zero fields take schemas.DefaultLimits.
 	Limits schemas.Limits
-	Log    *slog.Logger
+	// Checkpoints, when set, restores a partition the store holds
+	// nothing of (or much less than a checkpoint) from the newest usable
+	// checkpoint before following the changelog after it.
+	Checkpoints changelog.Checkpoints
+	Log         *slog.Logger
 }
 
 // Replica materializes a store for some partitions of canon.versions
@@ -127,6 +131,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	m, err := changelog.NewMaterializer(changelog.MaterializerConfig{
 		Tail: tcfg, Sink: r.cfg.Store, Until: changelog.Forever, Rejections: r.cfg.Rejections,
+		Checkpoints: r.cfg.Checkpoints,
 		Hooks: changelog.Hooks{
 			Started: r.startedAt,
 			Applied: func(p int32, next int64, _ int, _ int64) { r.reached(p, next) },

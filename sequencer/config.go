@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	chlog "github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
@@ -108,6 +109,12 @@ type Config struct {
 	// session and restore every partition it owns for a pause the group
 	// tolerated.
 	TransactionTimeout time.Duration
+	// Checkpoints, when set, restores a partition the store holds nothing
+	// of (or much less than a checkpoint) from the newest usable
+	// checkpoint in object storage before reading the changelog tail
+	// after it (package internal/checkpoint). The checkpoints must be
+	// restored into Store.
+	Checkpoints chlog.Checkpoints
 	// RestoreBatch is how many changelog records a restore applies to the
 	// store per write; default 2000.
 	RestoreBatch int

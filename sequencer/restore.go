@@ -106,6 +106,7 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	label := partitionLabel(p)
 	defer s.m.restoreLag.WithLabelValues(label).Set(0)
 	var from, to, records, bytes int64
+	checkpointAt := int64(-1)
 	// Skipped records are counted once the restore is done: the records a
 	// pass skipped before its partition was dropped are read, and
 	// skipped, again by the rebuild.
@@ -114,7 +115,9 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 		Tail: chlog.Config{Kafka: s.cfg.Kafka.Aux("restore"), Topics: s.cfg.Topics, Partitions: []int32{p},
 			Limits: s.cfg.Limits, Log: s.log},
 		Sink: s.cfg.Store, Until: chlog.LastStable, Batch: s.cfg.RestoreBatch, Admin: cl,
+		Checkpoints: s.cfg.Checkpoints,
 		Hooks: chlog.Hooks{
+			Restored: func(_ int32, o int64) { checkpointAt = o },
 			Started: func(f, t map[int32]int64) {
 				from, to = f[p], t[p]
 				s.m.restoreLag.WithLabelValues(label).Set(float64(to - from))
@@ -144,7 +147,8 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	delete(s.warned, p)
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
-	s.log.Info("partition restored", "partition", p, "from", from, "to", to, "records", records, "bytes", bytes, "took", d)
+	s.log.Info("partition restored", "partition", p, "from", from, "to", to, "records", records, "bytes", bytes,
+		"checkpoint", checkpointAt, "took", d)
 	return nil
 }
 

@@ -118,6 +118,24 @@ func (s *Sequencer) Serves(p int32) bool {
 	return s.owned[p] && !restoring
 }
 
+// Owned returns the partitions this instance owns and has restored, in
+// order: the ones it decides, and takes checkpoints of.
+func (s *Sequencer) Owned() []int32 {
+	if !s.running.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int32, 0, len(s.owned))
+	for p := range s.owned {
+		if _, restoring := s.needRestore[p]; !restoring {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // errSession means the transactional session cannot be used any more: the
 // instance was fenced, or a transaction ended ambiguously. Run starts a new
 // session after restoring every owned partition.

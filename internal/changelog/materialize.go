@@ -588,7 +588,7 @@ func (m *Materializer) restoreCheckpoints(ctx context.Context, from map[int32]in
 			log.Warn("cannot read checkpoints: restoring the partition from the changelog", "partition", p, "err", err)
 			continue
 		case !ok:
-			log.Info("no usable checkpoint: restoring the partition from the changelog", "partition", p, "from", from[p])
+			log.Debug("no usable checkpoint: restoring the partition from the changelog", "partition", p, "from", from[p])
 			continue
 		}
 		from[p], stored[p], restored = o, true, true
