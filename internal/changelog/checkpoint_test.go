@@ -22,7 +22,7 @@ import (
 // checkpointEnv is a changelog on the real broker written by a
 // generator, a bucket, and stores to materialize it into.
 type checkpointEnv struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	brokers []string
 	names   kafka.TopicNames
@@ -30,7 +30,7 @@ type checkpointEnv struct {
 	gen     *canontest.ChangelogGen
 }
 
-func newCheckpointEnv(t *testing.T) *checkpointEnv {
+func newCheckpointEnv(t testing.TB) *checkpointEnv {
 	t.Helper()
 	brokers, prefix, info := canontest.Topics(t, nil, 1)
 	txn, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -100,6 +100,21 @@ type run struct {
 // changelog's.
 func (e *checkpointEnv) materialize(st *store.Store, k *checkpoint.Bucket) run {
 	e.t.Helper()
+	r := e.restore(st, k)
+	got, err := canontest.StoreHeads(st, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if want := e.gen.Heads(); !maps.Equal(got, want) {
+		e.t.Fatalf("after the restore, the store's heads and state hashes differ from the changelog's:\n got %v\nwant %v", got, want)
+	}
+	return r
+}
+
+// restore restores st up to the last stable offset, with checkpoints
+// from k when it is set.
+func (e *checkpointEnv) restore(st *store.Store, k *checkpoint.Bucket) run {
+	e.t.Helper()
 	r := run{restored: -1}
 	cfg := changelog.MaterializerConfig{
 		Tail: changelog.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers}, Topics: e.names, Partitions: []int32{0}},
@@ -118,17 +133,10 @@ func (e *checkpointEnv) materialize(st *store.Store, k *checkpoint.Bucket) run {
 		e.t.Fatal(err)
 	}
 	defer m.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {
 		e.t.Fatal(err)
-	}
-	got, err := canontest.StoreHeads(st, 0)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if want := e.gen.Heads(); !maps.Equal(got, want) {
-		e.t.Fatalf("after the restore, the store's heads and state hashes differ from the changelog's:\n got %v\nwant %v", got, want)
 	}
 	return r
 }

@@ -93,4 +93,5 @@ func (s *Shared) Stop() {
 		s.servers[i].stop()
 	}
 	s.servers = nil
+	removeCanonBinary() // the S3 server's
 }
