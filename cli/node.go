@@ -195,6 +195,8 @@ type sequencerTuning struct {
 	txnTimeout     time.Duration
 	// instanceID is --instance-id; empty keeps the one of the data dir.
 	instanceID string
+	// standbys is --standbys: partitions kept warm beside the owned ones.
+	standbys int
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP

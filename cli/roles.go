@@ -288,6 +288,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequ
 		InstanceID:         instance,
 		Store:              st,
 		Checkpoints:        ckpts,
+		Standbys:           n.seq.standbys,
 		Registry:           n.mutators,
 		SessionTimeout:     n.seq.sessionTimeout,
 		TransactionTimeout: n.seq.txnTimeout,

@@ -70,6 +70,8 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().StringVar(&f.partitions, "partitions", "", "partitions a read replica (role readapi without sequencer) materializes and serves, e.g. 0-5,8 (default: all)")
 	cmd.Flags().StringVar(&f.seq.instanceID, "instance-id", "",
 		"sequencer instance id, unique among running instances (default: the one kept in --data, made on first start)")
+	cmd.Flags().IntVar(&f.seq.standbys, "standbys", 0,
+		"sequencer: keep this many partitions the instance does not own warm in its store, following the changelog, so that taking one over reads only the tail")
 	// Hidden: failure tests shorten them so that a stopped or killed
 	// instance is replaced in seconds; production keeps the defaults.
 	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")

@@ -115,6 +115,11 @@ type Config struct {
 	// after it (package internal/checkpoint). The checkpoints must be
 	// restored into Store.
 	Checkpoints chlog.Checkpoints
+	// Standbys is how many partitions this instance does not own it keeps
+	// warm in its store, following the changelog as a read replica does,
+	// so that taking one of them over reads only the tail (see
+	// standby.go for which ones); 0, the default, keeps none.
+	Standbys int
 	// RestoreBatch is how many changelog records a restore applies to the
 	// store per write; default 2000.
 	RestoreBatch int
@@ -186,6 +191,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Kafka.Brokers) == 0 {
 		errs = append(errs, errors.New("sequencer: Kafka.Brokers is empty: give at least one host:port"))
+	}
+	if c.Standbys < 0 {
+		errs = append(errs, fmt.Errorf("sequencer: standbys %d: use 0 (none) or a positive count", c.Standbys))
 	}
 	if c.MaxBatchRecords < 0 || c.RestoreBatch < 0 {
 		errs = append(errs, fmt.Errorf("sequencer: batch sizes must be positive (max batch %d, restore batch %d)", c.MaxBatchRecords, c.RestoreBatch))

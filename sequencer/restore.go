@@ -30,6 +30,10 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 	topic := s.cfg.Topics.Mutations
 	ps := slices.Sorted(maps.Keys(pending))
 	cl.PauseFetchPartitions(map[string][]int32{topic: ps})
+	// A standby follower of a partition now owned stops writing it first.
+	if err := s.waitStandbys(ctx); err != nil {
+		return pending2set(pending), err
+	}
 	waiting = map[int32]bool{}
 	var errs []error
 	var done []int32
@@ -61,6 +65,14 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 		s.restored(p, pending[p])
 	}
 	return waiting, errors.Join(errs...)
+}
+
+func pending2set(pending map[int32]uint64) map[int32]bool {
+	out := make(map[int32]bool, len(pending))
+	for p := range pending {
+		out[p] = true
+	}
+	return out
 }
 
 // errOpenTransaction means that canon.versions[p] holds records of a

@@ -57,6 +57,16 @@ type Sequencer struct {
 	// static is set when the instance id was given: the instance is then
 	// a static member of the group (see Config.InstanceID).
 	static bool
+
+	// Standbys (standby.go): ownGen counts changes of the owned
+	// partitions (under mu), standbyWake tells the standby loop of one,
+	// and standbyGen is the change the loop has applied, standbyDone
+	// closed at each.
+	ownGen      uint64
+	standbyWake chan struct{}
+	standbyMu   sync.Mutex
+	standbyGen  uint64
+	standbyDone chan struct{}
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -78,6 +88,8 @@ func New(cfg Config) (*Sequencer, error) {
 		warned:      map[int32]bool{},
 		openSince:   map[string]time.Time{},
 		static:      static,
+		standbyWake: make(chan struct{}, 1),
+		standbyDone: make(chan struct{}),
 	}, nil
 }
 
@@ -155,6 +167,18 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	}
 	s.running.Store(true)
 	defer s.running.Store(false)
+	if s.cfg.Standbys > 0 {
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.runStandbys(sctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := s.runSession(ctx)
@@ -210,6 +234,7 @@ func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 	}
 	s.m.ownedPartitions.Set(float64(len(s.owned)))
 	s.m.restoring.Set(float64(len(s.needRestore)))
+	s.standbyChangedLocked()
 	s.log.Info("partitions assigned", "partitions", assigned[s.cfg.Topics.Mutations])
 	if s.wake != nil {
 		s.wake() // an idle partition must not wait for a record to be restored
@@ -247,6 +272,7 @@ func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[stri
 	}
 	s.m.ownedPartitions.Set(float64(len(s.owned)))
 	s.m.restoring.Set(float64(len(s.needRestore)))
+	s.standbyChangedLocked()
 	if len(revoked[s.cfg.Topics.Mutations]) > 0 {
 		s.log.Info("partitions revoked", "partitions", revoked[s.cfg.Topics.Mutations])
 	}
@@ -275,6 +301,7 @@ func (s *Sequencer) dropOwnership() {
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
+	s.standbyChangedLocked()
 }
 
 // pendingRestores returns the partitions that need a restore, with the
