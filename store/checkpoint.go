@@ -106,7 +106,7 @@ func (s *Store) RestorePartition(ctx context.Context, p int32, ck *Checkpoint) (
 	ps.forget()
 	defer ps.forgetChunks()
 
-	tmp, err := os.MkdirTemp(s.cfg.Dir, "restore-")
+	tmp, err := os.MkdirTemp(s.cfg.Dir, restoreDirPrefix)
 	if err != nil {
 		return 0, fmt.Errorf("restore partition %d: %w", p, err)
 	}
@@ -190,3 +190,23 @@ func (s *Store) copySpan(ctx context.Context, src *pebble.DB, start, end []byte,
 }
 
 var discardLog = slog.New(slog.DiscardHandler)
+
+// restoreDirPrefix names the directories RestorePartition writes its
+// tables in, inside the store's directory so that ingesting them links
+// rather than copies.
+const restoreDirPrefix = "restore-"
+
+// removeRestoreLeftovers removes what a RestorePartition interrupted by a
+// crash left in the store's directory; the partition itself is whole
+// (the old one or the checkpoint's).
+func removeRestoreLeftovers(cfg Config, log *slog.Logger) {
+	if cfg.FS != nil && cfg.FS != vfs.Default {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join(cfg.Dir, restoreDirPrefix+"*"))
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			log.Warn("store: remove an interrupted restore's tables", "dir", d, "err", err)
+		}
+	}
+}

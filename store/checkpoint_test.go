@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -97,5 +98,27 @@ func TestCheckpointWithoutPartition(t *testing.T) {
 	defer ck.Close()
 	if _, err := s.RestorePartition(context.Background(), 2, ck); err == nil {
 		t.Fatal("RestorePartition of a checkpoint without the partition succeeded")
+	}
+}
+
+// TestRestoreLeftoversRemoved: the tables of a restore interrupted by a
+// crash are removed when the store is opened again.
+func TestRestoreLeftoversRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	s := openStore(t, nil, dir)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, restoreDirPrefix+"123")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "000000.sst"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, nil, dir)
+	defer s.Close()
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the interrupted restore's directory is still there: %v", err)
 	}
 }

@@ -31,6 +31,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +79,10 @@ type Config struct {
 	// when 0.
 	Grace time.Duration
 	// TempDir is where checkpoints are staged and downloaded; the store's
-	// directory's parent is best (hard links are used where possible);
-	// the system's temporary directory when empty.
+	// directory's parent is best (hard links are used where possible).
+	// When set it must be private to the process: Open removes what an
+	// interrupted checkpoint or restore left in it. The system's
+	// temporary directory when empty (nothing is removed then).
 	TempDir string
 	// Log receives what happens; nil discards it.
 	Log *slog.Logger
@@ -147,6 +151,14 @@ func Open(ctx context.Context, cfg Config) (*Bucket, error) {
 		}
 		owned = true
 	}
+	if cfg.TempDir != "" {
+		for _, pattern := range []string{takeDirPrefix + "*", restoreDirPrefix + "*"} {
+			dirs, _ := filepath.Glob(filepath.Join(cfg.TempDir, pattern))
+			for _, d := range dirs {
+				_ = os.RemoveAll(d)
+			}
+		}
+	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	return &Bucket{cfg: cfg, b: b, owned: owned, log: log, writer: hex.EncodeToString(id[:]), state: newBucketState()}, nil
@@ -167,6 +179,12 @@ func redact(u string) string {
 	}
 	return u
 }
+
+// Prefixes of the directories Take and Restore stage files in.
+const (
+	takeDirPrefix    = "canon-checkpoint-"
+	restoreDirPrefix = "canon-restore-"
+)
 
 // ManifestFormat is the format of the manifests this Canon writes.
 const ManifestFormat = 1

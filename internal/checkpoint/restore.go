@@ -84,7 +84,7 @@ func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref ma
 	case m.TopicID != topicID:
 		return 0, fmt.Errorf("%w: the manifest is of topic incarnation %s, the changelog's is %s (topic recreated)", ErrInvalid, m.TopicID, topicID)
 	}
-	tmp, err := os.MkdirTemp(k.cfg.TempDir, "canon-restore-")
+	tmp, err := os.MkdirTemp(k.cfg.TempDir, restoreDirPrefix)
 	if err != nil {
 		return 0, err
 	}

@@ -40,7 +40,7 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 	if opts.TopicID == "" {
 		return nil, errors.New("checkpoint: take: no topic id")
 	}
-	tmp, err := os.MkdirTemp(k.cfg.TempDir, "canon-checkpoint-")
+	tmp, err := os.MkdirTemp(k.cfg.TempDir, takeDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint partition %d: %w", p, err)
 	}
