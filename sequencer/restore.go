@@ -67,6 +67,18 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 	return waiting, errors.Join(errs...)
 }
 
+// setRestoreLag notes how many changelog records partition p's restore
+// has left, for Ready; -1 forgets it.
+func (s *Sequencer) setRestoreLag(p int32, lag int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lag < 0 {
+		delete(s.restoreLags, p)
+		return
+	}
+	s.restoreLags[p] = lag
+}
+
 func pending2set(pending map[int32]uint64) map[int32]bool {
 	out := make(map[int32]bool, len(pending))
 	for p := range pending {
@@ -117,6 +129,7 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 
 	label := partitionLabel(p)
 	defer s.m.restoreLag.WithLabelValues(label).Set(0)
+	defer s.setRestoreLag(p, -1)
 	var from, to, records, bytes int64
 	checkpointAt := int64(-1)
 	// Skipped records are counted once the restore is done: the records a
@@ -133,12 +146,14 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 			Started: func(f, t map[int32]int64) {
 				from, to = f[p], t[p]
 				s.m.restoreLag.WithLabelValues(label).Set(float64(to - from))
+				s.setRestoreLag(p, to-from)
 			},
 			Applied: func(_ int32, next int64, n int, b int64) {
 				records, bytes = records+int64(n), bytes+b
 				s.m.restoreRecords.Add(float64(n))
 				s.m.restoreBytes.Add(float64(b))
 				s.m.restoreLag.WithLabelValues(label).Set(float64(to - next))
+				s.setRestoreLag(p, to-next)
 			},
 			Skipped: func(int32, int64, error) { skipped++ },
 			Dropped: func(int32, error) { skipped = 0 },

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,9 @@ type Sequencer struct {
 	// closed at each.
 	ownGen      uint64
 	standbyWake chan struct{}
+	// restoreLags is, per partition being restored, the changelog
+	// records its restore has left (under mu), for Ready.
+	restoreLags map[int32]int64
 	standbyMu   sync.Mutex
 	standbyGen  uint64
 	standbyDone chan struct{}
@@ -89,6 +93,7 @@ func New(cfg Config) (*Sequencer, error) {
 		openSince:   map[string]time.Time{},
 		static:      static,
 		standbyWake: make(chan struct{}, 1),
+		restoreLags: map[int32]int64{},
 		standbyDone: make(chan struct{}),
 	}, nil
 }
@@ -110,7 +115,14 @@ func (s *Sequencer) Ready(context.Context) error {
 			ps = append(ps, p)
 		}
 		slices.Sort(ps)
-		return fmt.Errorf("restoring partitions %v of %s", ps, s.cfg.Topics.Versions)
+		lags := make([]string, len(ps))
+		for i, p := range ps {
+			lags[i] = strconv.Itoa(int(p))
+			if lag, ok := s.restoreLags[p]; ok {
+				lags[i] += fmt.Sprintf(" (%d records left)", lag)
+			}
+		}
+		return fmt.Errorf("restoring partitions %s of %s", strings.Join(lags, ", "), s.cfg.Topics.Versions)
 	}
 	return nil
 }
