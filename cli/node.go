@@ -132,6 +132,9 @@ type node struct {
 	partitions []int32
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
+	// checkpoints are the --checkpoint-* flags; no checkpoints when its
+	// url is empty.
+	checkpoints *checkpointFlags
 	// cors says which browser origins may use the HTTP APIs and the
 	// websocket (--cors-origins); nil allows none but the server's own.
 	cors *httpapi.CORS
@@ -197,6 +200,8 @@ type sequencerTuning struct {
 	txnTimeout     time.Duration
 	// instanceID is --instance-id; empty keeps the one of the data dir.
 	instanceID string
+	// standbys is --standbys: partitions kept warm beside the owned ones.
+	standbys int
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP
