@@ -34,6 +34,7 @@ type devFlags struct {
 	kafkaPort   int
 	clickhouse  devClickHouseFlags
 	corsOrigins []string
+	ckpt        checkpointFlags
 }
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -92,6 +93,7 @@ else runs and the command that installs it is printed.`,
 		"address of the embedded broker, host:port; replaces --kafka-port, and a busy one is an error")
 	f.clickhouse.register(cmd)
 	registerCORSFlag(cmd, &f.corsOrigins, devCORSOrigins)
+	f.ckpt.register(cmd, "object store of partition checkpoints, file:///DIR or s3://BUCKET?region=R (default: the directory checkpoints/ under --data)")
 	return cmd
 }
 
@@ -173,6 +175,10 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 		return err
 	}
 	n.bundles = newBundleCache(n.bundleOpts)
+	if f.ckpt.url == "" {
+		f.ckpt.url = devCheckpointURL(data)
+	}
+	n.checkpoints = &f.ckpt
 	keysPath := filepath.Join(data, "keys.json")
 	keys, err := devKeyset(keysPath)
 	if err != nil {

@@ -135,6 +135,9 @@ type node struct {
 	// storeNoSync commits the store's batches without an fsync
 	// (--store-sync never; store.Config.NoSync).
 	storeNoSync bool
+	// checkpoints are the --checkpoint-* flags; no checkpoints when its
+	// url is empty.
+	checkpoints *checkpointFlags
 	// cors says which browser origins may use the HTTP APIs and the
 	// websocket (--cors-origins); nil allows none but the server's own.
 	cors *httpapi.CORS
@@ -204,6 +207,8 @@ type sequencerTuning struct {
 	// --gather-fresh (sequencer.Config.GatherWait, GatherFresh).
 	gatherWait  time.Duration
 	gatherFresh bool
+	// standbys is --standbys: partitions kept warm beside the owned ones.
+	standbys int
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/canon-sync/canon/internal/changelog"
+	"github.com/canon-sync/canon/internal/checkpoint"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/history"
 	"github.com/canon-sync/canon/readapi"
@@ -52,11 +54,20 @@ type assembly struct {
 	// store is the Pebble store the roles share (Pebble allows one opener
 	// per directory); nil when no role keeps state.
 	store *store.Store
+	// closers close what the roles opened beside the store (the
+	// checkpoint bucket), before the store.
+	closers []func() error
 }
 
 // close closes what the components leave open once they all returned:
-// the store.
+// the checkpoint bucket, then the store.
 func (a *assembly) close(n *node) {
+	for _, c := range a.closers {
+		if err := c(); err != nil {
+			n.log.Error("close", "err", err)
+		}
+	}
+	a.closers = nil
 	if a.store != nil {
 		if err := a.store.Close(); err != nil {
 			n.log.Error("close the store", "err", err)
@@ -105,16 +116,36 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		}
 	}
 	// 1. The store.
+	var ckpts *checkpoint.Bucket
 	if has("sequencer") || has("readapi") {
 		if a.store, err = n.openStore(); err != nil {
 			return nil, err
 		}
+		if ckpts, err = n.openCheckpoints(context.Background(), a.store); err != nil {
+			return nil, err
+		}
+		if ckpts != nil {
+			a.closers = append(a.closers, ckpts.Close)
+		}
+	}
+	// The restores' checkpoints: a nil *Bucket must not become a non-nil
+	// interface.
+	var restoreFrom changelog.Checkpoints
+	if ckpts != nil {
+		restoreFrom = ckpts
 	}
 	// 2. The sequencer.
 	var seq *sequencer.Sequencer
 	if has("sequencer") {
-		if seq, err = n.newSequencer(a.store); err != nil {
+		if seq, err = n.newSequencer(a.store, restoreFrom); err != nil {
 			return nil, fmt.Errorf("role sequencer: %w", err)
+		}
+		if ckpts != nil {
+			r, err := n.checkpointRunner(ckpts, seq.Owned)
+			if err != nil {
+				return nil, usageError{err}
+			}
+			add("checkpoints", r.Run)
 		}
 		n.ready.Add("sequencer", seq.Ready)
 		add("sequencer", func(ctx context.Context) error {
@@ -141,7 +172,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			// the websocket). --partitions is for replicas.
 			partitions, serves, reads = nil, seq.Serves, seq.Serves
 		} else {
-			rep, err := n.newReplica(a.store, partitions)
+			rep, err := n.newReplica(a.store, partitions, restoreFrom)
 			if err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
@@ -236,7 +267,7 @@ func (n *node) openStore() (*store.Store, error) {
 }
 
 // newSequencer is the sequencer role's sequencer, on st.
-func (n *node) newSequencer(st *store.Store) (*sequencer.Sequencer, error) {
+func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequencer.Sequencer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
 	// The instance id lives with the store: a restart on the same data
@@ -256,6 +287,8 @@ func (n *node) newSequencer(st *store.Store) (*sequencer.Sequencer, error) {
 		Group:              n.topicPrefix + sequencer.DefaultGroup,
 		InstanceID:         instance,
 		Store:              st,
+		Checkpoints:        ckpts,
+		Standbys:           n.seq.standbys,
 		Registry:           n.mutators,
 		Bundles:            n.bundles,
 		SessionTimeout:     n.seq.sessionTimeout,
@@ -289,11 +322,12 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 // newReplica is the read replica of a readapi role without a sequencer:
 // it materializes st for partitions (all when nil) from canon.versions
 // and is ready once caught up.
-func (n *node) newReplica(st *store.Store, partitions []int32) (*readapi.Replica, error) {
+func (n *node) newReplica(st *store.Store, partitions []int32, ckpts changelog.Checkpoints) (*readapi.Replica, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-readapi-replica"
 	return readapi.NewReplica(readapi.ReplicaConfig{
 		Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Rejections: true, Log: n.log,
+		Checkpoints: ckpts,
 	})
 }
 

@@ -28,6 +28,7 @@ type serveFlags struct {
 	partitions string
 	seq        sequencerTuning
 	bundles    bundleFlags
+	ckpt       checkpointFlags
 	// corsOrigins is --cors-origins.
 	corsOrigins []string
 }
@@ -68,10 +69,14 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().DurationVar(&f.keysReload, "keys-reload-interval", DefaultKeysReload, "how often --keys is read again")
 	_ = cmd.Flags().MarkHidden("keys-reload-interval")
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles to run, comma separated: "+knownRoles())
+	f.ckpt.register(cmd, "object store of partition checkpoints: s3://BUCKET?region=R (endpoint=URL&use_path_style=true for S3-compatible servers) or file:///DIR; "+
+		"restores start from the newest checkpoint (default: none, restores read the changelog from the start)")
 	registerCORSFlag(cmd, &f.corsOrigins, nil)
 	cmd.Flags().StringVar(&f.partitions, "partitions", "", "partitions a read replica (role readapi without sequencer) materializes and serves, e.g. 0-5,8 (default: all)")
 	cmd.Flags().StringVar(&f.seq.instanceID, "instance-id", "",
 		"sequencer instance id, unique among running instances (default: the one kept in --data, made on first start)")
+	cmd.Flags().IntVar(&f.seq.standbys, "standbys", 0,
+		"sequencer: keep this many partitions the instance does not own warm in its store, following the changelog, so that taking one over reads only the tail")
 	// Hidden: failure tests shorten them so that a stopped or killed
 	// instance is replaced in seconds; production keeps the defaults.
 	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")
@@ -126,6 +131,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 		n.keysPath, n.keysReload = f.keys, f.keysReload
 	}
 	n.seq = f.seq
+	n.checkpoints = &f.ckpt
 	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
 		return usageError{err}
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +38,11 @@ type ReplicaConfig struct {
 	Rejections bool
 	// Limits bound decoded records; zero fields take schemas.DefaultLimits.
 	Limits schemas.Limits
-	Log    *slog.Logger
+	// Checkpoints, when set, restores a partition the store holds
+	// nothing of (or much less than a checkpoint) from the newest usable
+	// checkpoint before following the changelog after it.
+	Checkpoints changelog.Checkpoints
+	Log         *slog.Logger
 }
 
 // Replica materializes a store for some partitions of canon.versions
@@ -55,6 +61,8 @@ type Replica struct {
 	// ready (the last stable offset at start); caught are those that have.
 	target map[int32]int64
 	caught map[int32]bool
+	// at is where each partition is applied up to, for Ready's lags.
+	at map[int32]int64
 	// started is closed once the targets are known.
 	started chan struct{}
 	skipped atomic.Int64
@@ -98,14 +106,14 @@ func (r *Replica) Ready(context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var behind []int32
+	var behind []string
 	for _, p := range r.cfg.Partitions {
 		if !r.caught[p] {
-			behind = append(behind, p)
+			behind = append(behind, fmt.Sprintf("%d (%d records left)", p, max(0, r.target[p]-r.at[p])))
 		}
 	}
 	if len(behind) > 0 {
-		return fmt.Errorf("the read replica is catching up on partitions %v of %s", behind, r.cfg.Topics.Versions)
+		return fmt.Errorf("the read replica is catching up on partitions %s of %s", strings.Join(behind, ", "), r.cfg.Topics.Versions)
 	}
 	return nil
 }
@@ -127,6 +135,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	m, err := changelog.NewMaterializer(changelog.MaterializerConfig{
 		Tail: tcfg, Sink: r.cfg.Store, Until: changelog.Forever, Rejections: r.cfg.Rejections,
+		Checkpoints: r.cfg.Checkpoints,
 		Hooks: changelog.Hooks{
 			Started: r.startedAt,
 			Applied: func(p int32, next int64, _ int, _ int64) { r.reached(p, next) },
@@ -168,7 +177,7 @@ func (r *Replica) rejectedPartitions(ctx context.Context) (int32, error) {
 // offsets it must reach to be ready.
 func (r *Replica) startedAt(from, target map[int32]int64) {
 	r.mu.Lock()
-	r.target, r.caught = target, map[int32]bool{}
+	r.target, r.caught, r.at = target, map[int32]bool{}, maps.Clone(from)
 	for p, t := range target {
 		if from[p] >= t {
 			r.caught[p] = true
@@ -187,6 +196,9 @@ func (r *Replica) startedAt(from, target map[int32]int64) {
 func (r *Replica) reached(p int32, next int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.at != nil {
+		r.at[p] = next
+	}
 	if !r.caught[p] && next >= r.target[p] {
 		r.caught[p] = true
 		if len(r.caught) == len(r.target) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	chlog "github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
@@ -118,6 +119,17 @@ type Config struct {
 	// session and restore every partition it owns for a pause the group
 	// tolerated.
 	TransactionTimeout time.Duration
+	// Checkpoints, when set, restores a partition the store holds nothing
+	// of (or much less than a checkpoint) from the newest usable
+	// checkpoint in object storage before reading the changelog tail
+	// after it (package internal/checkpoint). The checkpoints must be
+	// restored into Store.
+	Checkpoints chlog.Checkpoints
+	// Standbys is how many partitions this instance does not own it keeps
+	// warm in its store, following the changelog as a read replica does,
+	// so that taking one of them over reads only the tail (see
+	// standby.go for which ones); 0, the default, keeps none.
+	Standbys int
 	// RestoreBatch is how many changelog records a restore applies to the
 	// store per write; default 2000.
 	RestoreBatch int
@@ -189,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Kafka.Brokers) == 0 {
 		errs = append(errs, errors.New("sequencer: Kafka.Brokers is empty: give at least one host:port"))
+	}
+	if c.Standbys < 0 {
+		errs = append(errs, fmt.Errorf("sequencer: standbys %d: use 0 (none) or a positive count", c.Standbys))
 	}
 	if c.MaxBatchRecords < 0 || c.RestoreBatch < 0 {
 		errs = append(errs, fmt.Errorf("sequencer: batch sizes must be positive (max batch %d, restore batch %d)", c.MaxBatchRecords, c.RestoreBatch))

@@ -22,6 +22,11 @@ type metrics struct {
 	// gathers counts transactions that waited for the fetch after a
 	// stale poll (Config.GatherWait).
 	gathers prometheus.Counter
+	// standbys is how many partitions the instance keeps warm; standbyLag
+	// how far each is behind the last stable offset of its follower's
+	// start.
+	standbys   prometheus.Gauge
+	standbyLag *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -94,7 +99,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Input records skipped because they were decided before (the group's offsets were moved back).",
 		}),
 	}
+	m.standbys = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "canon", Subsystem: "sequencer", Name: "standby_partitions",
+		Help: "Partitions this instance does not own and keeps warm (--standbys).",
+	})
+	m.standbyLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "canon", Subsystem: "sequencer", Name: "standby_lag_records",
+		Help: "Changelog records a standby partition's copy is behind the last stable offset its follower started at.",
+	}, []string{"partition"})
 	if reg != nil {
+		reg.MustRegister(m.standbys, m.standbyLag)
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
 			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers)
 	}

@@ -30,6 +30,10 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 	topic := s.cfg.Topics.Mutations
 	ps := slices.Sorted(maps.Keys(pending))
 	cl.PauseFetchPartitions(map[string][]int32{topic: ps})
+	// A standby follower of a partition now owned stops writing it first.
+	if err := s.waitStandbys(ctx); err != nil {
+		return pending2set(pending), err
+	}
 	waiting = map[int32]bool{}
 	var errs []error
 	var done []int32
@@ -61,6 +65,26 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 		s.restored(p, pending[p])
 	}
 	return waiting, errors.Join(errs...)
+}
+
+// setRestoreLag notes how many changelog records partition p's restore
+// has left, for Ready; -1 forgets it.
+func (s *Sequencer) setRestoreLag(p int32, lag int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lag < 0 {
+		delete(s.restoreLags, p)
+		return
+	}
+	s.restoreLags[p] = lag
+}
+
+func pending2set(pending map[int32]uint64) map[int32]bool {
+	out := make(map[int32]bool, len(pending))
+	for p := range pending {
+		out[p] = true
+	}
+	return out
 }
 
 // errOpenTransaction means that canon.versions[p] holds records of a
@@ -105,7 +129,9 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 
 	label := partitionLabel(p)
 	defer s.m.restoreLag.WithLabelValues(label).Set(0)
+	defer s.setRestoreLag(p, -1)
 	var from, to, records, bytes int64
+	checkpointAt := int64(-1)
 	// Skipped records are counted once the restore is done: the records a
 	// pass skipped before its partition was dropped are read, and
 	// skipped, again by the rebuild.
@@ -114,16 +140,20 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 		Tail: chlog.Config{Kafka: s.cfg.Kafka.Aux("restore"), Topics: s.cfg.Topics, Partitions: []int32{p},
 			Limits: s.cfg.Limits, Log: s.log},
 		Sink: s.cfg.Store, Until: chlog.LastStable, Batch: s.cfg.RestoreBatch, Admin: cl,
+		Checkpoints: s.cfg.Checkpoints,
 		Hooks: chlog.Hooks{
+			Restored: func(_ int32, o int64) { checkpointAt = o },
 			Started: func(f, t map[int32]int64) {
 				from, to = f[p], t[p]
 				s.m.restoreLag.WithLabelValues(label).Set(float64(to - from))
+				s.setRestoreLag(p, to-from)
 			},
 			Applied: func(_ int32, next int64, n int, b int64) {
 				records, bytes = records+int64(n), bytes+b
 				s.m.restoreRecords.Add(float64(n))
 				s.m.restoreBytes.Add(float64(b))
 				s.m.restoreLag.WithLabelValues(label).Set(float64(to - next))
+				s.setRestoreLag(p, to-next)
 			},
 			Skipped: func(int32, int64, error) { skipped++ },
 			Dropped: func(int32, error) { skipped = 0 },
@@ -144,7 +174,8 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	delete(s.warned, p)
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
-	s.log.Info("partition restored", "partition", p, "from", from, "to", to, "records", records, "bytes", bytes, "took", d)
+	s.log.Info("partition restored", "partition", p, "from", from, "to", to, "records", records, "bytes", bytes,
+		"checkpoint", checkpointAt, "took", d)
 	return nil
 }
 

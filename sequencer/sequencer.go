@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,19 @@ type Sequencer struct {
 	// static is set when the instance id was given: the instance is then
 	// a static member of the group (see Config.InstanceID).
 	static bool
+
+	// Standbys (standby.go): ownGen counts changes of the owned
+	// partitions (under mu), standbyWake tells the standby loop of one,
+	// and standbyGen is the change the loop has applied, standbyDone
+	// closed at each.
+	ownGen      uint64
+	standbyWake chan struct{}
+	// restoreLags is, per partition being restored, the changelog
+	// records its restore has left (under mu), for Ready.
+	restoreLags map[int32]int64
+	standbyMu   sync.Mutex
+	standbyGen  uint64
+	standbyDone chan struct{}
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -82,6 +96,9 @@ func New(cfg Config) (*Sequencer, error) {
 		warned:      map[int32]bool{},
 		openSince:   map[string]time.Time{},
 		static:      static,
+		standbyWake: make(chan struct{}, 1),
+		restoreLags: map[int32]int64{},
+		standbyDone: make(chan struct{}),
 	}, nil
 }
 
@@ -102,7 +119,14 @@ func (s *Sequencer) Ready(context.Context) error {
 			ps = append(ps, p)
 		}
 		slices.Sort(ps)
-		return fmt.Errorf("restoring partitions %v of %s", ps, s.cfg.Topics.Versions)
+		lags := make([]string, len(ps))
+		for i, p := range ps {
+			lags[i] = strconv.Itoa(int(p))
+			if lag, ok := s.restoreLags[p]; ok {
+				lags[i] += fmt.Sprintf(" (%d records left)", lag)
+			}
+		}
+		return fmt.Errorf("restoring partitions %s of %s", strings.Join(lags, ", "), s.cfg.Topics.Versions)
 	}
 	return nil
 }
@@ -120,6 +144,24 @@ func (s *Sequencer) Serves(p int32) bool {
 	defer s.mu.Unlock()
 	_, restoring := s.needRestore[p]
 	return s.owned[p] && !restoring
+}
+
+// Owned returns the partitions this instance owns and has restored, in
+// order: the ones it decides, and takes checkpoints of.
+func (s *Sequencer) Owned() []int32 {
+	if !s.running.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int32, 0, len(s.owned))
+	for p := range s.owned {
+		if _, restoring := s.needRestore[p]; !restoring {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // errSession means the transactional session cannot be used any more: the
@@ -141,6 +183,18 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	}
 	s.running.Store(true)
 	defer s.running.Store(false)
+	if s.cfg.Standbys > 0 {
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.runStandbys(sctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := s.runSession(ctx)
@@ -196,6 +250,7 @@ func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 	}
 	s.m.ownedPartitions.Set(float64(len(s.owned)))
 	s.m.restoring.Set(float64(len(s.needRestore)))
+	s.standbyChangedLocked()
 	s.log.Info("partitions assigned", "partitions", assigned[s.cfg.Topics.Mutations])
 	if s.wake != nil {
 		s.wake() // an idle partition must not wait for a record to be restored
@@ -233,6 +288,7 @@ func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[stri
 	}
 	s.m.ownedPartitions.Set(float64(len(s.owned)))
 	s.m.restoring.Set(float64(len(s.needRestore)))
+	s.standbyChangedLocked()
 	if len(revoked[s.cfg.Topics.Mutations]) > 0 {
 		s.log.Info("partitions revoked", "partitions", revoked[s.cfg.Topics.Mutations])
 	}
@@ -261,6 +317,7 @@ func (s *Sequencer) dropOwnership() {
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
+	s.standbyChangedLocked()
 }
 
 // pendingRestores returns the partitions that need a restore, with the

@@ -152,6 +152,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", cfg.Dir, err)
 	}
+	removeRestoreLeftovers(cfg, log)
 	s := &Store{db: db, cfg: cfg, log: log, parts: make([]partitionState, cfg.Partitions), applied: make([]applied, cfg.Partitions)}
 	for p := range s.applied {
 		s.applied[p].next.Store(-1)

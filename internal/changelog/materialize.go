@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -40,6 +41,21 @@ type RejectionSink interface {
 	// and the partition's next offset at once.
 	RecordRejections(rejs []*schemas.Rejected, partition int32, nextOffset int64) error
 }
+
+// Checkpoints restores partitions of a sink from checkpoints in object
+// storage (package internal/checkpoint), so that a Materializer reads only
+// the changelog tail after them.
+type Checkpoints interface {
+	// Restore replaces partition p of the sink with the newest valid
+	// checkpoint of changelog incarnation topicID (TopicID) whose offset
+	// is in (after, upTo], and returns its offset; ok is false when there
+	// is none. An invalid checkpoint is skipped, never restored; an error
+	// means the bucket could not be read, and the partition is untouched.
+	Restore(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, err error)
+}
+
+// DefaultCheckpointGain is MaterializerConfig.CheckpointGain when 0.
+const DefaultCheckpointGain = 10_000
 
 // Until is how far a Materializer reads: the offset policy.
 type Until int
@@ -86,7 +102,17 @@ type MaterializerConfig struct {
 	Rejections bool
 	// Admin, when set, lists offsets; otherwise the tail's client does.
 	Admin *kgo.Client
-	Hooks Hooks
+	// Checkpoints, when set, restores a partition from the newest usable
+	// checkpoint before its tail is read: restore = checkpoint + tail. It
+	// is used when the sink holds nothing of the partition, or is more
+	// than CheckpointGain offsets behind a checkpoint. The sink must be
+	// the store the Checkpoints restore into.
+	Checkpoints Checkpoints
+	// CheckpointGain is how many offsets a checkpoint must be ahead of
+	// what the sink holds to be restored instead of reading them;
+	// DefaultCheckpointGain when 0.
+	CheckpointGain int64
+	Hooks          Hooks
 }
 
 // Hooks tell a Materializer's caller what it does; nil ones are not called.
@@ -105,6 +131,9 @@ type Hooks struct {
 	// Dropped is told that a partition was dropped from the sink because
 	// the changelog does not explain it: it is read again from the start.
 	Dropped func(partition int32, err error)
+	// Restored is told that a partition was restored from a checkpoint
+	// that holds it up to offset.
+	Restored func(partition int32, offset int64)
 }
 
 // Errors of a Materializer; a record of a newer schema is reported with
@@ -146,6 +175,11 @@ type Materializer struct {
 	// rejected is the recorded offset per partition of canon.rejected
 	// (with Rejections).
 	rejected map[int32]int64
+	// noCheckpoint holds the partitions dropped for a rebuild: a
+	// checkpoint the changelog's tail did not follow is not restored
+	// again, they are rebuilt from the changelog's first record.
+	noCheckpoint map[int32]bool
+	topicID      string
 }
 
 // partState is a partition's materialization.
@@ -186,10 +220,13 @@ func NewMaterializer(cfg MaterializerConfig) (*Materializer, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
 	}
+	if cfg.CheckpointGain <= 0 {
+		cfg.CheckpointGain = DefaultCheckpointGain
+	}
 	if cfg.Tail.Log == nil {
 		cfg.Tail.Log = discard
 	}
-	return &Materializer{cfg: cfg}, nil
+	return &Materializer{cfg: cfg, noCheckpoint: map[int32]bool{}}, nil
 }
 
 // Run reads the changelog into the sink as the Until policy says: it
@@ -241,9 +278,12 @@ func (m *Materializer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	reread, err := m.restoreCheckpoints(ctx, from, stored, stable)
+	if err != nil {
+		return err
+	}
 	m.parts = map[int32]*partState{}
 	targets := map[int32]int64{}
-	reread := false
 	for _, p := range m.cfg.Tail.Partitions {
 		switch o := from[p]; {
 		case stored[p] && o > stable[p]:
@@ -511,8 +551,71 @@ func (m *Materializer) write(p int32, next int64) error {
 	return nil
 }
 
+// restoreCheckpoints restores from checkpoints the partitions whose sink
+// holds nothing, or much less than a checkpoint, and moves their start
+// offsets there. A bucket that cannot be read is logged: the partitions
+// are then read from what the sink holds, slower but correct. It
+// reports whether it restored any.
+func (m *Materializer) restoreCheckpoints(ctx context.Context, from map[int32]int64, stored map[int32]bool, stable map[int32]int64) (restored bool, err error) {
+	if m.cfg.Checkpoints == nil {
+		return false, nil
+	}
+	log := m.cfg.Tail.Log
+	for _, p := range m.cfg.Tail.Partitions {
+		if m.noCheckpoint[p] {
+			continue
+		}
+		after := int64(-1)
+		if stored[p] && from[p] <= stable[p] {
+			if stable[p]-from[p] <= m.cfg.CheckpointGain {
+				continue // the tail is short: read it
+			}
+			after = from[p] + m.cfg.CheckpointGain
+		}
+		if m.topicID == "" {
+			id, err := TopicID(ctx, m.admin(), m.cfg.Tail.Topics.Versions)
+			if err != nil {
+				log.Warn("cannot read the changelog's topic id: restoring without checkpoints", "err", err)
+				return restored, nil
+			}
+			m.topicID = id
+		}
+		o, ok, err := m.cfg.Checkpoints.Restore(ctx, p, m.topicID, after, stable[p])
+		switch {
+		case ctx.Err() != nil:
+			return restored, ctx.Err()
+		case err != nil:
+			log.Warn("cannot read checkpoints: restoring the partition from the changelog", "partition", p, "err", err)
+			continue
+		case !ok:
+			log.Debug("no usable checkpoint: restoring the partition from the changelog", "partition", p, "from", from[p])
+			continue
+		}
+		from[p], stored[p], restored = o, true, true
+		if m.cfg.Hooks.Restored != nil {
+			m.cfg.Hooks.Restored(p, o)
+		}
+	}
+	return restored, nil
+}
+
+// TopicID returns the Kafka topic id of topic, in hex: the incarnation
+// of the changelog, which a recreated topic changes.
+func TopicID(ctx context.Context, adm *kadm.Client, topic string) (string, error) {
+	tds, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return "", fmt.Errorf("describe %s: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	if !ok || td.Err != nil {
+		return "", fmt.Errorf("describe %s: %w", topic, errors.Join(errors.New("topic not found"), td.Err))
+	}
+	return hex.EncodeToString(td.ID[:]), nil
+}
+
 // drop drops partition p from the sink for a rebuild.
 func (m *Materializer) drop(p int32, why error) error {
+	m.noCheckpoint[p] = true
 	if err := m.cfg.Sink.DropPartition(p); err != nil {
 		return err
 	}

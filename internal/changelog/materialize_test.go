@@ -79,6 +79,7 @@ func (c *changelogTopics) record(schema string, value []byte) *kgo.Record {
 func (c *changelogTopics) commit(from, to uint64, name string) {
 	c.t.Helper()
 	ctx := context.Background()
+	last := int64(-1)
 	for n := from; n <= to; n++ {
 		value, err := schemas.EncodeVersion(changelogVersion(c.t, n, name), schemas.DefaultLimits())
 		if err != nil {
@@ -90,12 +91,25 @@ func (c *changelogTopics) commit(from, to uint64, name string) {
 		if err := c.txn.BeginTransaction(); err != nil {
 			c.t.Fatal(err)
 		}
-		if err := c.txn.ProduceSync(ctx, cr, c.record(schemas.SchemaVersionV1, value)).FirstErr(); err != nil {
+		vr := c.record(schemas.SchemaVersionV1, value)
+		if err := c.txn.ProduceSync(ctx, cr, vr).FirstErr(); err != nil {
 			c.t.Fatal(err)
 		}
 		if err := c.txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			c.t.Fatal(err)
 		}
+		last = vr.Offset
+	}
+	// EndTransaction returns once the coordinator has decided the commit;
+	// it writes the markers to the partition after that. Until the marker
+	// is there the last stable offset stays before the transaction, and a
+	// run started then takes that older offset for its target.
+	deadline := time.Now().Add(30 * time.Second)
+	for c.lastStable() <= last {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the last stable offset did not pass offset %d in 30 s", last)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -49,6 +49,7 @@ func StartShared(ctx context.Context) (*Shared, error) {
 		return k.srv, nil
 	})
 	start(EnvClickHouseAddr, func() (*server, error) { return StartClickHouse(ctx) })
+	start(EnvS3Endpoint, func() (*server, error) { return StartS3(ctx) })
 	wg.Wait()
 	if len(errs) > 0 {
 		s.Stop()
@@ -92,4 +93,5 @@ func (s *Shared) Stop() {
 		s.servers[i].stop()
 	}
 	s.servers = nil
+	removeCanonBinary() // the S3 server's
 }

@@ -1,0 +1,75 @@
+package changelog_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/canon-sync/canon/internal/canontest"
+	"github.com/canon-sync/canon/internal/checkpoint"
+	"github.com/canon-sync/canon/store"
+)
+
+// restoreTail is how many versions follow the checkpoint in
+// BenchmarkRestore: what a restore from it reads of the changelog.
+const restoreTail = 1000
+
+// BenchmarkRestore restores one partition of the real broker's changelog
+// into an empty store, from offset 0 and from the newest checkpoint (plus
+// a tail of restoreTail versions), for several history lengths, in the
+// same run. Each restore is checked against the changelog's state hashes
+// (outside the timing). The histories are generated once per size and
+// written directly as changelog records:
+//
+//	go run ./internal/testenv/run -- go test -run '^$' -bench 'BenchmarkRestore/versions=(10000|1000000)/' -benchtime 1x -count 3 ./internal/changelog/
+func BenchmarkRestore(b *testing.B) {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("versions=%d", n), func(b *testing.B) {
+			// The history, restored once into the owner's store, which
+			// takes the checkpoint; then the tail.
+			e := newCheckpointEnv(b)
+			e.produce(n - restoreTail)
+			owner := e.store("owner")
+			e.materialize(owner, nil)
+			if _, err := e.bucket(owner, "").Take(context.Background(), 0, checkpoint.TakeOptions{TopicID: e.topicID(), Generation: -1}); err != nil {
+				b.Fatal(err)
+			}
+			e.produce(restoreTail)
+			for _, from := range []string{"0", "checkpoint"} {
+				b.Run("from="+from, func(b *testing.B) {
+					for i := range b.N {
+						b.StopTimer()
+						name := fmt.Sprintf("r-%s-%d-%d", from, b.N, i)
+						st, err := store.Open(store.Config{Dir: filepath.Join(e.dir, name), Partitions: 1})
+						if err != nil {
+							b.Fatal(err)
+						}
+						var k *checkpoint.Bucket
+						if from == "checkpoint" {
+							k = e.bucket(st, "")
+						}
+						b.StartTimer()
+						r := e.restore(st, k)
+						b.StopTimer()
+						if (from == "checkpoint") != (r.restored >= 0) {
+							b.Fatalf("restored from offset %d", r.restored)
+						}
+						got, err := canontest.StoreHeads(st, 0)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if !maps.Equal(got, e.gen.Heads()) {
+							b.Fatal("the restored store differs from the changelog")
+						}
+						_ = st.Close()
+						_ = os.RemoveAll(filepath.Join(e.dir, name))
+						b.StartTimer()
+					}
+				})
+			}
+		})
+	}
+}

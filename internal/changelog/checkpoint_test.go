@@ -1,0 +1,195 @@
+package changelog_test
+
+import (
+	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gocloud.dev/blob/fileblob"
+
+	"github.com/canon-sync/canon/internal/canontest"
+	"github.com/canon-sync/canon/internal/changelog"
+	"github.com/canon-sync/canon/internal/checkpoint"
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/store"
+)
+
+// checkpointEnv is a changelog on the real broker written by a
+// generator, a bucket, and stores to materialize it into.
+type checkpointEnv struct {
+	t       testing.TB
+	dir     string
+	brokers []string
+	names   kafka.TopicNames
+	txn     *kgo.Client
+	gen     *canontest.ChangelogGen
+}
+
+func newCheckpointEnv(t testing.TB) *checkpointEnv {
+	t.Helper()
+	brokers, prefix, info := canontest.Topics(t, nil, 1)
+	txn, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.TransactionalID(prefix+"txn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(txn.Close)
+	return &checkpointEnv{t: t, dir: t.TempDir(), brokers: brokers, names: info.Names, txn: txn, gen: canontest.NewChangelogGen(3, 0, 1, 5)}
+}
+
+func (e *checkpointEnv) produce(n int) {
+	e.t.Helper()
+	canontest.ProduceChangelog(e.t, e.txn, e.names.Versions, 0, e.gen, n, 250)
+}
+
+func (e *checkpointEnv) store(name string) *store.Store {
+	e.t.Helper()
+	st, err := store.Open(store.Config{Dir: filepath.Join(e.dir, name), Partitions: 1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func (e *checkpointEnv) bucket(st *store.Store, prefix string) *checkpoint.Bucket {
+	e.t.Helper()
+	dir := filepath.Join(e.dir, "bucket")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := fileblob.OpenBucket(dir, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	k, err := checkpoint.Open(context.Background(), checkpoint.Config{Bucket: b, Prefix: prefix, Store: st, Topic: e.names.Versions, TempDir: e.dir})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = b.Close() })
+	return k
+}
+
+func (e *checkpointEnv) topicID() string {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	id, err := changelog.TopicID(context.Background(), kadm.NewClient(cl), e.names.Versions)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+type run struct {
+	from     int64
+	restored int64 // -1: none
+	dropped  int
+}
+
+// materialize restores st up to the last stable offset, with checkpoints
+// from k when it is set, and checks the state hashes against the
+// changelog's.
+func (e *checkpointEnv) materialize(st *store.Store, k *checkpoint.Bucket) run {
+	e.t.Helper()
+	r := e.restore(st, k)
+	got, err := canontest.StoreHeads(st, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if want := e.gen.Heads(); !maps.Equal(got, want) {
+		e.t.Fatalf("after the restore, the store's heads and state hashes differ from the changelog's:\n got %v\nwant %v", got, want)
+	}
+	return r
+}
+
+// restore restores st up to the last stable offset, with checkpoints
+// from k when it is set.
+func (e *checkpointEnv) restore(st *store.Store, k *checkpoint.Bucket) run {
+	e.t.Helper()
+	r := run{restored: -1}
+	cfg := changelog.MaterializerConfig{
+		Tail: changelog.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers}, Topics: e.names, Partitions: []int32{0}},
+		Sink: st, Until: changelog.LastStable,
+		Hooks: changelog.Hooks{
+			Started:  func(from, _ map[int32]int64) { r.from = from[0] },
+			Restored: func(_ int32, o int64) { r.restored = o },
+			Dropped:  func(int32, error) { r.dropped++ },
+		},
+	}
+	if k != nil {
+		cfg.Checkpoints = k
+	}
+	m, err := changelog.NewMaterializer(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// TestRestoreIsCheckpointAndTail: on the real broker, a store restored
+// with checkpoints starts from the newest checkpoint and reads only the
+// tail after it, to the changelog's state hashes; a store that holds the
+// partition nearly up to date reads its own short tail instead; a
+// checkpoint the changelog's tail does not follow (a store of another
+// history, same topic) is dropped and the partition rebuilt from the
+// changelog's first record, never "recovered".
+func TestRestoreIsCheckpointAndTail(t *testing.T) {
+	e := newCheckpointEnv(t)
+	e.produce(3000)
+	owner := e.store("owner")
+	if r := e.materialize(owner, nil); r.from != 0 {
+		t.Fatalf("the owner started at %d, want 0", r.from)
+	}
+	ob := e.bucket(owner, "")
+	m, err := ob.Take(context.Background(), 0, checkpoint.TakeOptions{TopicID: e.topicID(), Generation: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.produce(400)
+
+	fresh := e.store("fresh")
+	r := e.materialize(fresh, e.bucket(fresh, ""))
+	if r.restored != m.Offset || r.from != m.Offset {
+		t.Fatalf("fresh store: restored %d, started at %d; want both at the checkpoint's offset %d", r.restored, r.from, m.Offset)
+	}
+	// The owner, a short tail behind the checkpoint: its own tail.
+	if r := e.materialize(owner, ob); r.restored != -1 || r.from != m.Offset {
+		t.Fatalf("owner: restored %d, started at %d; want no restore, from its offset %d", r.restored, r.from, m.Offset)
+	}
+
+	// A store of another history, checkpointed under another prefix as
+	// if it were this topic's.
+	bogus := e.store("bogus")
+	other := canontest.NewChangelogGen(99, 0, 1, 5)
+	var next int64
+	for range 200 {
+		recs := other.Next()
+		next += int64(len(recs)) + 1
+		if err := bogus.Apply(0, recs, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.bucket(bogus, "bogus/").Take(context.Background(), 0, checkpoint.TakeOptions{TopicID: e.topicID(), Generation: -1}); err != nil {
+		t.Fatal(err)
+	}
+	victim := e.store("victim")
+	r = e.materialize(victim, e.bucket(victim, "bogus/"))
+	if r.restored != next || r.dropped != 1 || r.from != 0 {
+		t.Fatalf("bogus checkpoint: restored %d, dropped %d, last start %d; want restored %d, dropped once, rebuilt from 0", r.restored, r.dropped, r.from, next)
+	}
+}

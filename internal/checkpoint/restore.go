@@ -1,0 +1,169 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/canon-sync/canon/store"
+)
+
+// Restore replaces partition p of the store with the newest valid
+// checkpoint of changelog incarnation topicID whose offset is in
+// (after, upTo], and returns its offset; ok is false when there is none.
+// after is what the caller holds already (-1 for nothing); upTo is the
+// changelog's last stable offset (a checkpoint beyond it is of another
+// incarnation or of records not committed: never used).
+//
+// Every file is checked against the manifest's size and SHA-256 while it
+// is downloaded, and the checkpoint's own offset against the manifest's.
+// A checkpoint that is missing, truncated, corrupt or of another topic
+// incarnation is logged and skipped for the next older one: what Restore
+// restores is exactly a checkpoint an owner wrote. It returns an error
+// only when the bucket cannot be listed or ctx ends; the store's
+// partition is then untouched.
+func (k *Bucket) Restore(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, err error) {
+	start := time.Now()
+	refs, err := k.list(ctx, k.manifestDir(p))
+	if err != nil {
+		return 0, false, err
+	}
+	for _, ref := range refs {
+		if ref.offset > upTo {
+			k.skip(p, ref.key, fmt.Errorf("%w: its offset %d is beyond the changelog's last stable offset %d (topic recreated?)", ErrInvalid, ref.offset, upTo))
+			continue
+		}
+		if ref.offset <= after {
+			break // sorted: the rest are older still
+		}
+		o, err := k.restoreOne(ctx, p, topicID, ref)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, false, ctx.Err()
+			}
+			k.skip(p, ref.key, err)
+			continue
+		}
+		d := time.Since(start)
+		if mt := k.cfg.Metrics; mt != nil {
+			mt.restores.WithLabelValues("restored").Inc()
+			mt.restoreTime.Observe(d.Seconds())
+		}
+		k.log.Info("partition restored from a checkpoint", "partition", p, "offset", o, "manifest", ref.key, "took", d)
+		return o, true, nil
+	}
+	if mt := k.cfg.Metrics; mt != nil {
+		mt.restores.WithLabelValues("none").Inc()
+	}
+	return 0, false, nil
+}
+
+func (k *Bucket) skip(p int32, key string, err error) {
+	k.log.Warn("skipping a checkpoint", "partition", p, "manifest", key, "err", err)
+	if mt := k.cfg.Metrics; mt != nil {
+		mt.skipped.Inc()
+	}
+}
+
+// restoreOne downloads, checks and restores one checkpoint.
+func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref manifestRef) (int64, error) {
+	m, err := k.readManifest(ctx, ref)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case m.Topic != k.cfg.Topic || m.Partition != p:
+		return 0, fmt.Errorf("%w: the manifest is of %s[%d]", ErrInvalid, m.Topic, m.Partition)
+	case m.TopicID != topicID:
+		return 0, fmt.Errorf("%w: the manifest is of topic incarnation %s, the changelog's is %s (topic recreated)", ErrInvalid, m.TopicID, topicID)
+	}
+	tmp, err := os.MkdirTemp(k.cfg.TempDir, restoreDirPrefix)
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "ck")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return 0, err
+	}
+	for _, f := range m.Files {
+		if err := k.download(ctx, f, filepath.Join(dir, f.Name)); err != nil {
+			return 0, err
+		}
+	}
+	ck, err := store.OpenCheckpoint(dir)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	defer ck.Close()
+	o, ok, err := ck.Offset(p)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	case !ok || o != m.Offset:
+		return 0, fmt.Errorf("%w: the checkpoint holds offset %d (found %v), its manifest says %d", ErrInvalid, o, ok, m.Offset)
+	}
+	return k.cfg.Store.RestorePartition(ctx, p, ck)
+}
+
+// download copies a checkpoint file to path, checking its size and hash.
+func (k *Bucket) download(ctx context.Context, f File, path string) error {
+	r, err := k.b.NewReader(ctx, k.fileKey(f.SHA256), nil)
+	if err != nil {
+		return fmt.Errorf("%w: file %s (%s): %w", ErrInvalid, f.Name, f.SHA256, err)
+	}
+	defer r.Close()
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), r)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("download %s (%s): %w", f.Name, f.SHA256, err)
+	case n != f.Size:
+		return fmt.Errorf("%w: file %s (%s) has %d bytes, the manifest says %d (truncated)", ErrInvalid, f.Name, f.SHA256, n, f.Size)
+	case hex.EncodeToString(h.Sum(nil)) != f.SHA256:
+		return fmt.Errorf("%w: file %s does not match its checksum %s (corrupt)", ErrInvalid, f.Name, f.SHA256)
+	}
+	return nil
+}
+
+// Newest returns the newest manifest of partition p that decodes, or nil.
+// It checks no file: a new owner reads it to know when its next
+// checkpoint is due.
+func (k *Bucket) Newest(ctx context.Context, p int32) (*Manifest, error) {
+	refs, err := k.list(ctx, k.manifestDir(p))
+	if err != nil {
+		return nil, err
+	}
+	for _, ref := range refs {
+		m, err := k.readManifest(ctx, ref)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, ErrInvalid) {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func jsonMarshal(m *Manifest) ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,124 @@
+package store
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestCheckpointRestore checkpoints partition 0 of one store in the middle
+// of its changelog and restores it into another store that holds an
+// older, diverging copy of partition 0 and data of partition 1: partition
+// 0 becomes exactly the checkpoint's, byte for byte, with its offset, and
+// survives a reopen; partition 1 is untouched; the rest of the changelog
+// then applies on top to the same bytes as the store that never moved.
+func TestCheckpointRestore(t *testing.T) {
+	ctx := context.Background()
+	batches := crashChangelog(rand.New(rand.NewPCG(7, 1)), 120)
+	dir := t.TempDir()
+	src := openStore(t, nil, filepath.Join(dir, "src"))
+	defer src.Close()
+	for _, b := range batches[:80] {
+		mustApply(t, src, 0, b.recs, b.next)
+	}
+	want := scanPartition(t, src, 0)
+	ckDir := filepath.Join(dir, "ck")
+	off, ok, err := src.CheckpointPartition(0, ckDir)
+	if err != nil || !ok || off != batches[79].next {
+		t.Fatalf("CheckpointPartition = %d, %v, %v; want offset %d", off, ok, err, batches[79].next)
+	}
+	// Writes after the checkpoint are not in it.
+	for _, b := range batches[80:] {
+		mustApply(t, src, 0, b.recs, b.next)
+	}
+
+	dstDir := filepath.Join(dir, "dst")
+	dst := openStore(t, nil, dstDir)
+	other := newProject(testOrg, projectIn(1, testPartitions, 0))
+	mustApply(t, dst, 1, other.next("main").put("c", "a", `{}`, `{"x":1}`).commit(), 5)
+	wantOther := scanPartition(t, dst, 1)
+	// An older copy of partition 0 from another changelog.
+	for _, b := range crashChangelog(rand.New(rand.NewPCG(8, 1)), 10) {
+		mustApply(t, dst, 0, b.recs, b.next)
+	}
+	ck, err := OpenCheckpoint(ckDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dst.RestorePartition(ctx, 0, ck)
+	ck.Close()
+	if err != nil || got != off {
+		t.Fatalf("RestorePartition = %d, %v; want %d", got, err, off)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		if d := diffScans(scanPartition(t, s, 0), want); d != "" {
+			t.Fatalf("restored partition 0 differs from the checkpointed one: %s", d)
+		}
+		if d := diffScans(scanPartition(t, s, 1), wantOther); d != "" {
+			t.Fatalf("partition 1 changed: %s", d)
+		}
+		if o, ok, err := s.Offset(0); err != nil || !ok || o != off {
+			t.Fatalf("Offset(0) = %d, %v, %v; want %d", o, ok, err, off)
+		}
+		if a, err := s.Applied(0); err != nil || a != off {
+			t.Fatalf("Applied(0) = %d, %v; want %d", a, err, off)
+		}
+	}
+	check(dst)
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst = openStore(t, nil, dstDir)
+	defer dst.Close()
+	check(dst)
+	for _, b := range batches[80:] {
+		mustApply(t, dst, 0, b.recs, b.next)
+	}
+	if d := diffScans(scanPartition(t, dst, 0), scanPartition(t, src, 0)); d != "" {
+		t.Fatalf("after the tail, the restored partition differs: %s", d)
+	}
+}
+
+// TestCheckpointWithoutPartition: a checkpoint of a partition the store
+// holds nothing of has no offset, and restoring it is refused.
+func TestCheckpointWithoutPartition(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, nil, filepath.Join(dir, "s"))
+	defer s.Close()
+	if _, ok, err := s.CheckpointPartition(2, filepath.Join(dir, "ck")); err != nil || ok {
+		t.Fatalf("CheckpointPartition of an empty partition = %v, %v; want no offset", ok, err)
+	}
+	ck, err := OpenCheckpoint(filepath.Join(dir, "ck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if _, err := s.RestorePartition(context.Background(), 2, ck); err == nil {
+		t.Fatal("RestorePartition of a checkpoint without the partition succeeded")
+	}
+}
+
+// TestRestoreLeftoversRemoved: the tables of a restore interrupted by a
+// crash are removed when the store is opened again.
+func TestRestoreLeftoversRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	s := openStore(t, nil, dir)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, restoreDirPrefix+"123")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "000000.sst"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, nil, dir)
+	defer s.Close()
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the interrupted restore's directory is still there: %v", err)
+	}
+}
