@@ -29,6 +29,7 @@ type devFlags struct {
 	data        string
 	http        string
 	pprof       bool
+	storeSync   string
 	kafkaListen string
 	kafkaPort   int
 	clickhouse  devClickHouseFlags
@@ -85,6 +86,7 @@ else runs and the command that installs it is printed.`,
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for all of Canon's local state (created if missing)")
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
+	registerStoreSyncFlag(cmd, &f.storeSync)
 	cmd.Flags().IntVar(&f.kafkaPort, "kafka-port", defaultDevKafkaPort,
 		"port of the embedded broker on 127.0.0.1 (0: a free one; a busy port is replaced by a free one, which the banner names)")
 	cmd.Flags().StringVar(&f.kafkaListen, "kafka-listen", "",
@@ -97,6 +99,10 @@ else runs and the command that installs it is printed.`,
 
 func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *model.Registry, log *slog.Logger) error {
 	cors, err := parseCORS(f.corsOrigins)
+	if err != nil {
+		return err
+	}
+	noSync, err := parseStoreSync(f.storeSync)
 	if err != nil {
 		return err
 	}
@@ -162,6 +168,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 		return err
 	}
 	n.pprof = f.pprof
+	n.storeNoSync = noSync
 	n.cors = cors
 	n.mutators = mutators
 	if n.bundleOpts, err = f.bundles.options(); err != nil {

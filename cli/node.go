@@ -132,6 +132,9 @@ type node struct {
 	partitions []int32
 	// pprof serves Go's profiles under /debug/pprof/ (--pprof).
 	pprof bool
+	// storeNoSync commits the store's batches without an fsync
+	// (--store-sync never; store.Config.NoSync).
+	storeNoSync bool
 	// checkpoints are the --checkpoint-* flags; no checkpoints when its
 	// url is empty.
 	checkpoints *checkpointFlags
@@ -200,6 +203,10 @@ type sequencerTuning struct {
 	txnTimeout     time.Duration
 	// instanceID is --instance-id; empty keeps the one of the data dir.
 	instanceID string
+	// gatherWait and gatherFresh are the hidden --gather-wait and
+	// --gather-fresh (sequencer.Config.GatherWait, GatherFresh).
+	gatherWait  time.Duration
+	gatherFresh bool
 	// standbys is --standbys: partitions kept warm beside the owned ones.
 	standbys int
 }
@@ -293,4 +300,26 @@ func (n *node) run(ctx context.Context, components []component) error {
 		err = nil
 	}
 	return err
+}
+
+// Values of --store-sync.
+const (
+	storeSyncAlways = "always"
+	storeSyncNever  = "never"
+)
+
+func registerStoreSyncFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "store-sync", storeSyncAlways, "when the store's writes wait for the disk: always (an fsync per sequencer transaction) "+
+		"or never (the OS writes them back; after a machine crash the store restores what it lost from canon.versions, see docs/store.md)")
+}
+
+// parseStoreSync reads --store-sync; true means no fsync.
+func parseStoreSync(v string) (bool, error) {
+	switch v {
+	case storeSyncAlways, "":
+		return false, nil
+	case storeSyncNever:
+		return true, nil
+	}
+	return false, usageError{fmt.Errorf("--store-sync %q: pass %s or %s", v, storeSyncAlways, storeSyncNever)}
 }

@@ -259,7 +259,7 @@ func (n *node) openStore() (*store.Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w (pass --data with a writable directory)", dir, err)
 	}
-	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log})
+	st, err := store.Open(store.Config{Dir: dir, Partitions: n.topics.Partitions, Logger: n.log, NoSync: n.storeNoSync})
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
@@ -293,6 +293,8 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequ
 		Bundles:            n.bundles,
 		SessionTimeout:     n.seq.sessionTimeout,
 		TransactionTimeout: n.seq.txnTimeout,
+		GatherWait:         n.seq.gatherWait,
+		GatherFresh:        n.seq.gatherFresh,
 		Log:                n.log,
 		Registerer:         n.registry,
 	})

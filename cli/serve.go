@@ -18,7 +18,9 @@ type serveFlags struct {
 	http  string
 	pprof bool
 	data  string
-	keys  string
+	// storeSync is --store-sync.
+	storeSync string
+	keys      string
 	// keysReload is how often --keys is read again (hidden: tests).
 	keysReload time.Duration
 	roles      []string
@@ -61,6 +63,7 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "address of the HTTP server (/healthz, /readyz, /metrics)")
 	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (for debugging: keep --http private)")
 	cmd.Flags().StringVar(&f.data, "data", ".canon", "directory for the roles' local state (the store)")
+	registerStoreSyncFlag(cmd, &f.storeSync)
 	cmd.Flags().StringVar(&f.keys, "keys", "", "keyset file that verifies access tokens (needed by the producer and readapi roles); "+
 		"read again every 2s and on SIGHUP: a key removed from it (canon token rmkey) is refused within 2s")
 	cmd.Flags().DurationVar(&f.keysReload, "keys-reload-interval", DefaultKeysReload, "how often --keys is read again")
@@ -78,6 +81,11 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	// instance is replaced in seconds; production keeps the defaults.
 	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")
 	cmd.Flags().DurationVar(&f.seq.txnTimeout, "transaction-timeout", 0, "sequencer transaction timeout (0: the sequencer's default)")
+	// Hidden: measured by canon-bench (issue 22), not settled.
+	cmd.Flags().DurationVar(&f.seq.gatherWait, "gather-wait", 0, "how long a sequencer transaction waits for more records (0: the sequencer's default)")
+	cmd.Flags().BoolVar(&f.seq.gatherFresh, "gather-fresh", false, "wait --gather-wait after a poll that waited for its records too")
+	_ = cmd.Flags().MarkHidden("gather-wait")
+	_ = cmd.Flags().MarkHidden("gather-fresh")
 	_ = cmd.Flags().MarkHidden("session-timeout")
 	_ = cmd.Flags().MarkHidden("transaction-timeout")
 	return cmd
@@ -96,6 +104,10 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 	if err != nil {
 		return err
 	}
+	noSync, err := parseStoreSync(f.storeSync)
+	if err != nil {
+		return err
+	}
 	data, err := filepath.Abs(f.data)
 	if err != nil {
 		return err
@@ -110,6 +122,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 	}
 	n.bundles = newBundleCache(n.bundleOpts)
 	n.pprof = f.pprof
+	n.storeNoSync = noSync
 	n.cors = cors
 	if f.keys != "" {
 		if n.keys, err = auth.LoadKeyset(f.keys); err != nil {

@@ -90,8 +90,13 @@ type Config struct {
 	// that one is taken: without the wait, the records that reached the
 	// broker during a commit would sit out the next transaction too.
 	// It never applies to a poll that waited for its records (they are
-	// fresh), nor to a full batch.
+	// fresh) unless GatherFresh is set, nor to a full batch.
 	GatherWait time.Duration
+	// GatherFresh makes a transaction wait GatherWait for more records
+	// after a poll that waited for its records too (an experiment of issue
+	// 22: fewer, larger transactions at the cost of that wait; default
+	// off).
+	GatherFresh bool
 	// Linger is the producer linger; default 1ms. Records of a batch are
 	// flushed when the transaction ends, so a longer linger only adds
 	// latency.

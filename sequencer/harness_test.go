@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -103,6 +104,11 @@ type seqProc struct {
 	data string
 }
 
+// storeSync is every sequencer process's --store-sync: the kill tests
+// run with `-store-sync never` show that a store that lost its last
+// writes restores them.
+var storeSync = flag.String("store-sync", "always", "--store-sync of the sequencer processes (always or never)")
+
 func newSeqProc(t *testing.T, e *topicsEnv, name string, extra ...string) *seqProc {
 	t.Helper()
 	data := filepath.Join(testenv.ProcessDir(t, "sequencer-"+name), "data")
@@ -114,6 +120,7 @@ func newSeqProc(t *testing.T, e *topicsEnv, name string, extra ...string) *seqPr
 		"--http", "127.0.0.1:0",
 		"--session-timeout", itSessionTimeout.String(),
 		"--transaction-timeout", itTxnTimeout.String(),
+		"--store-sync", *storeSync,
 	}, extra...)
 	return &seqProc{CanonProcess: testenv.NewCanonProcess(t, name, args...), t: t, name: name, data: data}
 }

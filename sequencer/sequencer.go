@@ -600,7 +600,7 @@ func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, de
 		return nil, nil
 	}
 	gather := sess.Client().BufferedFetchRecords() == 0
-	if gather && (!stale || s.cfg.GatherWait <= 0) {
+	if gather && ((!stale && !s.cfg.GatherFresh) || s.cfg.GatherWait <= 0) {
 		return nil, nil
 	}
 	if len(s.pendingRestores()) > 0 {

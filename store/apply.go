@@ -122,7 +122,7 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 			return fmt.Errorf("apply to partition %d: %w", partition, err)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(s.writeOpts()); err != nil {
 		// The batch may or may not have reached the database.
 		ps.forget()
 		ps.forgetDeploys()

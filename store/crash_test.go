@@ -117,10 +117,15 @@ type crashFixture struct {
 	// done and started are the last Apply that returned and the last one
 	// that began.
 	done, started atomic.Int64
+	// noSync opens the store with Config.NoSync: an Apply that returned
+	// may be lost in a crash, with every Apply after it.
+	noSync bool
+	// lost counts the crashes that lost an Apply that had returned.
+	lost int
 }
 
-func newCrashFixture(seed uint64, n int) *crashFixture {
-	f := &crashFixture{batches: crashChangelog(rand.New(rand.NewPCG(seed, 1)), n), scans: [][]kv{nil}}
+func newCrashFixture(seed uint64, n int, noSync bool) *crashFixture {
+	f := &crashFixture{batches: crashChangelog(rand.New(rand.NewPCG(seed, 1)), n), scans: [][]kv{nil}, noSync: noSync}
 	f.done.Store(-1)
 	f.started.Store(-1)
 	return f
@@ -133,7 +138,7 @@ func smallMemtables(o *pebble.Options) {
 
 func (f *crashFixture) open(t *testing.T, fs vfs.FS) *Store {
 	t.Helper()
-	s, err := Open(Config{Dir: "db", FS: fs, Partitions: testPartitions, Logger: quiet, pebbleOptions: smallMemtables})
+	s, err := Open(Config{Dir: "db", FS: fs, Partitions: testPartitions, Logger: quiet, pebbleOptions: smallMemtables, NoSync: f.noSync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +153,11 @@ func (f *crashFixture) apply(t *testing.T, s *Store, i int) {
 }
 
 // check reopens a crash clone and verifies it, then lets it catch up from
-// its offset when catchUp is set.
+// its offset when catchUp is set. The clone must hold exactly the Applies
+// up to one of those that may have been kept, with that one's offset: with
+// syncing, every Apply that returned and maybe the one running; without,
+// any prefix of them (a lost suffix, which it must then catch up on from
+// the offset, whatever catchUp says).
 func (f *crashFixture) check(t *testing.T, c crashClone, catchUp bool) (applied int) {
 	t.Helper()
 	s := f.open(t, c.fs)
@@ -159,7 +168,11 @@ func (f *crashFixture) check(t *testing.T, c crashClone, catchUp bool) (applied 
 	}()
 	got := scanPartition(t, s, 0)
 	k := -2
-	for i := c.done; i <= c.started; i++ {
+	lo := c.done
+	if f.noSync {
+		lo = -1
+	}
+	for i := c.started; i >= lo; i-- { // the longest prefix that matches
 		if diffScans(got, f.scans[i+1]) == "" {
 			k = i
 			break
@@ -180,6 +193,10 @@ func (f *crashFixture) check(t *testing.T, c crashClone, catchUp bool) (applied 
 		t.Fatalf("offset %d %v, want %d", o, ok, f.batches[k].next)
 	}
 	checkChangelog(t, s, f.batches[:k+1])
+	if k < c.done {
+		f.lost++
+		catchUp = true
+	}
 	if catchUp {
 		// The sequencer restores from the stored offset.
 		for i := k + 1; i < len(f.batches); i++ {
@@ -247,8 +264,30 @@ func checkChangelog(t *testing.T, s *Store, batches []changelogBatch) {
 	}
 }
 
-func TestCrashAtFileSystemOperations(t *testing.T) {
-	f := newCrashFixture(7, 60)
+// syncModes run a crash test with the store's two write policies.
+func syncModes(t *testing.T, test func(t *testing.T, noSync bool)) {
+	t.Run("sync", func(t *testing.T) { test(t, false) })
+	t.Run("nosync", func(t *testing.T) { test(t, true) })
+}
+
+// checkLost: with syncing no Apply that returned is lost; without, the
+// crashes must have lost some (or the test showed nothing about
+// restoring them).
+func (f *crashFixture) checkLost(t *testing.T, crashes int) {
+	t.Helper()
+	switch {
+	case !f.noSync && f.lost > 0:
+		t.Fatalf("%d of %d crashes lost an Apply that had returned, with every Apply synced", f.lost, crashes)
+	case f.noSync && f.lost == 0:
+		t.Fatalf("none of %d crashes lost an Apply that had returned without syncing: the test did not exercise a lost suffix", crashes)
+	}
+	t.Logf("%d crashes lost Applies that had returned, restored from their offsets", f.lost)
+}
+
+func TestCrashAtFileSystemOperations(t *testing.T) { syncModes(t, crashAtFileSystemOperations) }
+
+func crashAtFileSystemOperations(t *testing.T, noSync bool) {
+	f := newCrashFixture(7, 60, noSync)
 	mem := vfs.NewCrashableMem()
 	rng := rand.New(rand.NewPCG(7, 2))
 	var (
@@ -297,10 +336,13 @@ func TestCrashAtFileSystemOperations(t *testing.T) {
 		}
 	}
 	t.Logf("%d crashes, %d during an Apply, of which %d kept it", len(clones), during, kept)
+	f.checkLost(t, len(clones))
 }
 
-func TestCrashWhileApplying(t *testing.T) {
-	f := newCrashFixture(11, 60)
+func TestCrashWhileApplying(t *testing.T) { syncModes(t, crashWhileApplying) }
+
+func crashWhileApplying(t *testing.T, noSync bool) {
+	f := newCrashFixture(11, 60, noSync)
 	mem := vfs.NewCrashableMem()
 	rng := rand.New(rand.NewPCG(11, 2))
 	s := f.open(t, mem)
@@ -356,4 +398,5 @@ func TestCrashWhileApplying(t *testing.T) {
 		}
 	}
 	t.Logf("%d crashes, %d during an Apply, of which %d kept it", len(clones), during, kept)
+	f.checkLost(t, len(clones))
 }

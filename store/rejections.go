@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -69,7 +67,7 @@ func (s *Store) RecordRejections(rejs []*schemas.Rejected, r int32, next int64) 
 	if b.Empty() {
 		return nil
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(s.writeOpts()); err != nil {
 		return fmt.Errorf("record %d rejections: %w", len(rejs), err)
 	}
 	return nil

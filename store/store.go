@@ -50,6 +50,16 @@ type Config struct {
 	// CacheSize is the size in bytes of Pebble's block cache; 0 means
 	// DefaultCacheSize.
 	CacheSize int64
+	// NoSync makes Apply and RecordRejections commit without waiting for
+	// the write-ahead log to reach the disk. The store is rebuilt from the
+	// changelog, and each batch holds its records with the changelog
+	// offset they end at, so a crash loses at most a suffix of batches
+	// (Pebble's log keeps their order) that the next restore reads again
+	// from canon.versions. Nothing is lost that Kafka acknowledged; what is
+	// given up is that state read from this store before the crash can be
+	// older after a restart until the restore caught up. Default false:
+	// every batch is synced.
+	NoSync bool
 
 	// pebbleOptions, if set, adjusts Pebble's options (tests: small
 	// memtables to force flushes).
@@ -246,4 +256,13 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := "pebble: " + fmt.Sprintf(format, args...)
 	p.l.Error(msg)
 	panic(msg)
+}
+
+// writeOpts are the options of the commits of Apply and RecordRejections:
+// see Config.NoSync.
+func (s *Store) writeOpts() *pebble.WriteOptions {
+	if s.cfg.NoSync {
+		return pebble.NoSync
+	}
+	return pebble.Sync
 }

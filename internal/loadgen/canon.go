@@ -156,6 +156,49 @@ func (p *canonProc) stat() (procfs.ProcStat, error) {
 	return st, nil
 }
 
+// profile writes a CPU profile of d (canon runs with --pprof) to path.
+func (p *canonProc) profile(ctx context.Context, d time.Duration, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.base, max(1, int(d.Seconds()))), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("read canon's CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("read canon's CPU profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("read canon's CPU profile: %w", err)
+	}
+	return f.Close()
+}
+
+// txns are the sequencer's committed transactions so far.
+type txns struct {
+	n    int
+	time time.Duration
+}
+
+func (p *canonProc) transactions(ctx context.Context) (txns, error) {
+	n, err := p.metric(ctx, "canon_sequencer_transaction_seconds_count")
+	if err != nil {
+		return txns{}, err
+	}
+	sec, err := p.metric(ctx, "canon_sequencer_transaction_seconds_sum")
+	if err != nil {
+		return txns{}, err
+	}
+	return txns{n: int(n), time: time.Duration(sec * float64(time.Second))}, nil
+}
+
 // metric reads one unlabelled counter or gauge from canon's /metrics.
 func (p *canonProc) metric(ctx context.Context, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -38,19 +39,32 @@ type CanonResult struct {
 	CPU       time.Duration
 	Allocated float64
 	PeakRSS   int64
+	// BrokerCPU is the local broker's CPU time over the same span; 0 when
+	// its process was not found.
+	BrokerCPU time.Duration
+	// Transactions are the sequencer's committed transactions over the
+	// same span, TransactionTime their summed duration (its metrics).
+	Transactions    int
+	TransactionTime time.Duration
 
 	// samples are push → websocket latencies over time, for the plot.
 	samples []sample
-	// batches are the sizes of each client's pushes, for the baseline.
-	batches [][]int
+	// pushes are each client's pushes (document and size), for the
+	// baseline.
+	pushes [][]pushed
 }
+
+// pushed is what one push held: its document and how many mutations.
+type pushed struct{ doc, size int }
 
 // sample is one latency measured at a time since the phase began.
 type sample struct{ at, latency time.Duration }
 
+// wsKey is a mutation: ids count per project and client, and a writer of
+// the edits workload writes several projects.
 type wsKey struct {
-	client string
-	id     uint64
+	project, client string
+	id              uint64
 }
 
 // tracker matches what the clients pushed with what the websockets and
@@ -63,6 +77,7 @@ type tracker struct {
 	wsAt      map[string]map[uint64]time.Time // project → version → arrival
 	wsHead    map[string]uint64               // project → highest version on its websocket
 	chSeen    map[string]uint64               // project → highest version seen in ClickHouse
+	noCH      bool                            // no ClickHouse to wait for (edits workload)
 	versions  int
 	mutations int
 	samples   []sample
@@ -70,11 +85,11 @@ type tracker struct {
 	err       error // a websocket message that should not be
 }
 
-func (t *tracker) pushed(client string, first, last uint64, at time.Time) {
+func (t *tracker) pushed(project, client string, first, last uint64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for id := first; id <= last; id++ {
-		t.sent[wsKey{client, id}] = at
+		t.sent[wsKey{project, client, id}] = at
 	}
 }
 
@@ -110,7 +125,7 @@ func (t *tracker) onMessage(project string, m *wsMessage, at time.Time) {
 		t.chLags = append(t.chLags, 0) // ClickHouse showed it first
 	}
 	for _, mu := range m.Mutations {
-		k := wsKey{mu.Client, mu.ID}
+		k := wsKey{project, mu.Client, mu.ID}
 		sent, ok := t.sent[k]
 		if !ok {
 			if t.err == nil {
@@ -145,7 +160,7 @@ func (t *tracker) caughtUp(decided int) bool {
 		return false
 	}
 	for p, head := range t.wsHead {
-		if head > t.chSeen[p] {
+		if head > t.chSeen[p] && !t.noCH {
 			return false
 		}
 	}
@@ -160,6 +175,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		wsAt:   make(map[string]map[uint64]time.Time),
 		wsHead: make(map[string]uint64),
 		chSeen: make(map[string]uint64),
+		noCH:   r.ch == nil,
 	}
 	for _, p := range r.projects {
 		t.wsAt[p] = make(map[uint64]time.Time)
@@ -212,31 +228,38 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		})
 	}
 	// ClickHouse: the highest version of each project, polled.
-	wsg.Go(func() error {
-		q := "SELECT project, max(version) FROM " + r.database + ".versions WHERE org = ? GROUP BY project"
-		for {
-			select {
-			case <-wsctx.Done():
-				return nil
-			case <-time.After(cfg.PollInterval):
-			}
-			rows, err := r.ch.Query(wsctx, q, r.org)
-			if err != nil {
-				continue // the projector creates the tables; a poll may come first
-			}
-			at := time.Now()
-			for rows.Next() {
-				var p string
-				var v uint64
-				if err := rows.Scan(&p, &v); err == nil {
-					t.onClickHouse(p, v, at)
+	if r.ch != nil {
+		wsg.Go(func() error {
+			q := "SELECT project, max(version) FROM " + r.database + ".versions WHERE org = ? GROUP BY project"
+			for {
+				select {
+				case <-wsctx.Done():
+					return nil
+				case <-time.After(cfg.PollInterval):
 				}
+				rows, err := r.ch.Query(wsctx, q, r.org)
+				if err != nil {
+					continue // the projector creates the tables; a poll may come first
+				}
+				at := time.Now()
+				for rows.Next() {
+					var p string
+					var v uint64
+					if err := rows.Scan(&p, &v); err == nil {
+						t.onClickHouse(p, v, at)
+					}
+				}
+				rows.Close()
 			}
-			rows.Close()
-		}
-	})
+		})
+	}
 
 	u0, err := r.canon.usage(ctx)
+	if err != nil {
+		return res, err
+	}
+	b0 := cpuOf(r.brokerPID)
+	tx0, err := r.canon.transactions(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -273,23 +296,40 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 
 	r.log.Info("pushing", "clients", cfg.Clients, "projects", cfg.Projects, "duration", cfg.Duration, "mutations per client", cfg.Mutations)
 	t.start = time.Now()
-	res.batches = make([][]int, cfg.Clients)
+	if cfg.Profile > 0 {
+		profDone := make(chan struct{})
+		defer func() { <-profDone }()
+		go func() {
+			defer close(profDone)
+			path := filepath.Join(r.dir, "canon.cpu.pprof")
+			if err := r.canon.profile(ctx, cfg.Profile, path); err != nil {
+				r.log.Warn("profile canon", "err", err)
+				return
+			}
+			r.log.Info("canon's CPU profile written", "path", path)
+		}()
+	}
+	res.pushes = make([][]pushed, cfg.Clients)
 	var (
 		mu      sync.Mutex
 		applied []sample
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range cfg.Clients {
-		token, err := r.token("bench:"+clientName(i), []string{r.project(i)}, "write")
+		var projects []string
+		for _, d := range cfg.docsOf(i) {
+			projects = append(projects, r.projects[d])
+		}
+		token, err := r.token("bench:"+clientName(i), projects, "write")
 		if err != nil {
 			return res, err
 		}
 		g.Go(func() error {
 			name := clientName(i)
-			w := client.New(r.canon.base, client.WithToken(token)).Writer(r.org, r.project(i), client.WriterConfig{
-				ClientGroup: "g-" + name, Client: name, MaxBatch: cfg.Batch, Wait: 30 * time.Second,
-			})
-			gen := newGenerator(cfg.Seed, name, cfg.Mix, cfg.Batch, cfg.LargeMin, cfg.LargeMax)
+			c := client.New(r.canon.base, client.WithToken(token))
+			writers := make(map[int]*client.Writer)
+			src := cfg.newSource(i)
+			pace := cfg.newPacer(t.start)
 			count := 0
 			var local []sample
 			var st CanonResult
@@ -297,7 +337,22 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 				if (cfg.Mutations > 0 && count >= cfg.Mutations) || (cfg.Mutations == 0 && time.Since(t.start) >= cfg.Duration) {
 					break
 				}
-				ops := gen.nextBatch()
+				if d := pace.wait(time.Now()); d > 0 {
+					select {
+					case <-gctx.Done():
+						return gctx.Err()
+					case <-time.After(d):
+					}
+				}
+				p := src.next()
+				w := writers[p.doc]
+				if w == nil {
+					w = c.Writer(r.org, r.projects[p.doc], client.WriterConfig{
+						ClientGroup: "g-" + name, Client: name, MaxBatch: cfg.Batch, Wait: 30 * time.Second,
+					})
+					writers[p.doc] = w
+				}
+				ops := p.ops
 				if cfg.Mutations > 0 {
 					ops = ops[:min(len(ops), cfg.Mutations-count)]
 				}
@@ -314,7 +369,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 					st.ArgsBytes += int64(len(o.args))
 				}
 				sent := time.Now()
-				t.pushed(name, first, last, sent)
+				t.pushed(r.projects[p.doc], name, first, last, sent)
 				outcomes, err := w.Flush(gctx)
 				if err != nil {
 					return fmt.Errorf("client %s: %w", name, err)
@@ -335,7 +390,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 				}
 				count += len(ops)
 				mu.Lock()
-				res.batches[i] = append(res.batches[i], len(ops))
+				res.pushes[i] = append(res.pushes[i], pushed{doc: p.doc, size: len(ops)})
 				mu.Unlock()
 			}
 			mu.Lock()
@@ -391,6 +446,14 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		return res, err
 	}
 	res.CPU = u1.cpu - u0.cpu
+	tx1, err := r.canon.transactions(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Transactions, res.TransactionTime = tx1.n-tx0.n, tx1.time-tx0.time
+	if r.brokerPID != 0 {
+		res.BrokerCPU = cpuOf(r.brokerPID) - b0
+	}
 	res.Allocated = u1.allocated - u0.allocated
 	res.PeakRSS = max(peak, u1.rss)
 
@@ -407,6 +470,9 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		lags[i] = sample{latency: l}
 	}
 	res.ClickHouseLag = latencies(lags)
+	if r.ch == nil {
+		return res, nil
+	}
 
 	q := "SELECT (SELECT count() FROM " + r.database + ".versions FINAL WHERE org = ? AND version > 1), " +
 		"(SELECT count() FROM " + r.database + ".mutations FINAL WHERE org = ? AND version > 1), " +
@@ -428,7 +494,13 @@ func (r *run) warmUp(ctx context.Context) error {
 	c := client.New(r.canon.base, client.WithToken(token))
 	for _, p := range r.projects {
 		w := c.Writer(r.org, p, client.WriterConfig{ClientGroup: "g-warmup", Client: "warmup", Wait: 30 * time.Second})
-		if _, err := w.Add("project.set", map[string]any{"name": "bench " + p}); err != nil {
+		var err error
+		if r.cfg.Workload == WorkloadEdits {
+			_, err = w.Add("item.put", editObject()) // the object the edits patch
+		} else {
+			_, err = w.Add("project.set", map[string]any{"name": "bench " + p})
+		}
+		if err != nil {
 			return err
 		}
 		out, err := w.Flush(ctx)
@@ -438,6 +510,9 @@ func (r *run) warmUp(ctx context.Context) error {
 		if len(out) != 1 || out[0].Status != client.Applied || out[0].Version != 1 {
 			return fmt.Errorf("the first push to the new project %s gave %+v, want version 1 applied", p, out)
 		}
+	}
+	if r.ch == nil {
+		return nil
 	}
 	q := "SELECT count() FROM " + r.database + ".versions WHERE org = ?"
 	deadline := time.Now().Add(r.cfg.DrainTimeout)

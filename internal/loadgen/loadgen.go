@@ -46,14 +46,29 @@ type Config struct {
 	// Brokers are the Kafka seed brokers (required).
 	Brokers []string
 	// ClickHouse is the native protocol host:port of a ClickHouse whose
-	// user default has no password (required).
+	// user default has no password (required by the mix workload; the
+	// edits workload runs without the projector role and ClickHouse).
 	ClickHouse string
 	// Canon is the path of the canon binary (required).
 	Canon string
 
-	// Clients push concurrently (8); client i writes project i mod Projects.
+	// Workload is WorkloadMix (the default) or WorkloadEdits.
+	Workload string
+	// Rate, when set, spaces the pushes to this many per second over all
+	// clients (each still waits for its answer before the next); without
+	// it the clients push as fast as they are answered.
+	Rate float64
+	// CanonArgs are added to `canon serve`'s flags (to compare settings).
+	CanonArgs []string
+	// Profile, when set, records a CPU profile of canon of this length
+	// from the start of the pushes into Dir/canon.cpu.pprof.
+	Profile time.Duration
+
+	// Clients push concurrently (8); with no more projects than clients,
+	// client i writes project i mod Projects, otherwise projects i,
+	// i+Clients, … in turn (edits workload only).
 	Clients int
-	// Projects are written (4).
+	// Projects are written (4): the documents.
 	Projects int
 	// Duration is how long the clients push (45s), unless Mutations is set.
 	Duration time.Duration
@@ -96,6 +111,12 @@ func (c *Config) Validate() error {
 	}
 	def(&c.Clients, 8)
 	def(&c.Projects, 4)
+	if c.Workload == "" {
+		c.Workload = WorkloadMix
+	}
+	if c.Workload == WorkloadEdits {
+		c.Batch = 1
+	}
 	def(&c.Batch, 10)
 	def(&c.LargeMin, 100<<10)
 	def(&c.LargeMax, 500<<10)
@@ -122,14 +143,17 @@ func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("no Kafka brokers: pass --brokers host:port (or set CANON_TEST_KAFKA_BROKERS)"))
 	}
-	if c.ClickHouse == "" {
+	if c.Workload != WorkloadMix && c.Workload != WorkloadEdits {
+		errs = append(errs, fmt.Errorf("workload %q: pass %s or %s", c.Workload, WorkloadMix, WorkloadEdits))
+	}
+	if c.ClickHouse == "" && c.Workload == WorkloadMix {
 		errs = append(errs, errors.New("no ClickHouse: pass --clickhouse host:port (or set CANON_TEST_CLICKHOUSE_ADDR)"))
 	}
 	if c.Canon == "" {
 		errs = append(errs, errors.New("no canon binary: pass --canon PATH (`make build` makes bin/canon)"))
 	}
-	if c.Clients < 1 || c.Projects < 1 || c.Projects > c.Clients {
-		errs = append(errs, fmt.Errorf("%d clients over %d projects: pass at least 1 client and 1 project, and no more projects than clients", c.Clients, c.Projects))
+	if c.Clients < 1 || c.Projects < 1 || (c.Projects > c.Clients && c.Workload == WorkloadMix) {
+		errs = append(errs, fmt.Errorf("%d clients over %d projects: pass at least 1 client and 1 project, and no more projects than clients (or --workload %s)", c.Clients, c.Projects, WorkloadEdits))
 	}
 	if c.Batch < 1 || c.Batch > 1000 {
 		errs = append(errs, fmt.Errorf("batch %d: pass 1 to 1000 mutations per push", c.Batch))
@@ -142,6 +166,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Duration < 0 || c.Mutations < 0 {
 		errs = append(errs, fmt.Errorf("duration %s, mutations %d: neither may be negative", c.Duration, c.Mutations))
+	}
+	if c.Rate < 0 || c.Profile < 0 {
+		errs = append(errs, fmt.Errorf("rate %g, profile %s: neither may be negative", c.Rate, c.Profile))
 	}
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("%d partitions: pass at least 1", c.Partitions))
@@ -191,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r.log.Info("starting canon serve", "topics", r.prefix+"canon.*", "database", r.database)
-	r.canon, err = startCanon(ctx, cfg.Canon, []string{"serve",
+	args := []string{"serve",
 		"--roles", "producer,sequencer,readapi,projector",
 		"--brokers", strings.Join(cfg.Brokers, ","),
 		"--topic-prefix", r.prefix,
@@ -201,14 +228,36 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"--data", filepath.Join(tmp, "data"),
 		"--keys", keysPath,
 		"--log-format", "json",
-	}, filepath.Join(dir, "canon.log"))
+	}
+	if cfg.Workload == WorkloadEdits {
+		// The write path and its subscribers only: no history projector,
+		// as the server it is set beside has none.
+		args = []string{"serve",
+			"--roles", "producer,sequencer,readapi",
+			"--brokers", strings.Join(cfg.Brokers, ","),
+			"--topic-prefix", r.prefix,
+			"--topic-partitions", fmt.Sprint(cfg.Partitions),
+			"--data", filepath.Join(tmp, "data"),
+			"--keys", keysPath,
+			"--log-format", "json",
+		}
+	}
+	if cfg.Profile > 0 {
+		args = append(args, "--pprof")
+	}
+	args = append(args, cfg.CanonArgs...)
+	r.canon, err = startCanon(ctx, cfg.Canon, args, filepath.Join(dir, "canon.log"))
 	if err != nil {
 		return nil, err
 	}
-	r.ch, err = clickhouse.Open(chserver.Options(cfg.ClickHouse, "default"))
-	if err != nil {
-		return nil, fmt.Errorf("open ClickHouse %s: %w", cfg.ClickHouse, err)
+	r.brokerPID = brokerPID(cfg.Brokers)
+	if cfg.Workload == WorkloadMix {
+		r.ch, err = clickhouse.Open(chserver.Options(cfg.ClickHouse, "default"))
+		if err != nil {
+			return nil, fmt.Errorf("open ClickHouse %s: %w", cfg.ClickHouse, err)
+		}
 	}
+	r.dir = dir
 
 	rep := &Report{Config: cfg, Started: time.Now().UTC(), TopicPrefix: r.prefix, Database: r.database}
 	rep.Config.Log = nil
@@ -221,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.canon.stop()
 	r.log.Info("raw Kafka baseline: the same records, produced and consumed with franz-go")
-	rep.Raw, err = r.runRaw(ctx, rep.Canon.batches)
+	rep.Raw, err = r.runRaw(ctx, rep.Canon.pushes)
 	if err != nil {
 		return nil, fmt.Errorf("raw Kafka baseline: %w", err)
 	}
@@ -238,12 +287,13 @@ type run struct {
 	projects []string
 	keys     *auth.Keyset
 	canon    *canonProc
-	ch       clickhouse.Conn
-	log      *slog.Logger
+	ch       clickhouse.Conn // nil in the edits workload
+	dir      string
+	// brokerPID is the local broker's process, for its CPU time; 0 when
+	// it was not found.
+	brokerPID int
+	log       *slog.Logger
 }
-
-// project is the project client i writes.
-func (r *run) project(i int) string { return r.projects[i%len(r.projects)] }
 
 func clientName(i int) string { return fmt.Sprintf("c%d", i) }
 

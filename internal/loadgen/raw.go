@@ -27,6 +27,9 @@ type RawResult struct {
 	Elapsed time.Duration
 	// Latency is from the start of a record's produce to its consumption.
 	Latency Latencies
+	// BrokerCPU is the local broker's CPU time from the first produce to
+	// the last record consumed; 0 when its process was not found.
+	BrokerCPU time.Duration
 
 	samples []sample
 }
@@ -35,12 +38,12 @@ type RawResult struct {
 // only difference from the records Canon's producer writes.
 const headerSent = "bench-sent"
 
-func (r *run) runRaw(ctx context.Context, batches [][]int) (RawResult, error) {
+func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) {
 	cfg := r.cfg
 	var res RawResult
-	for _, bs := range batches {
-		for _, n := range bs {
-			res.Records += n
+	for _, ps := range pushes {
+		for _, p := range ps {
+			res.Records += p.size
 		}
 	}
 	topic := r.prefix + "raw.mutations"
@@ -86,6 +89,7 @@ func (r *run) runRaw(ctx context.Context, batches [][]int) (RawResult, error) {
 		seen = fs.NumRecords() > 0
 	}
 
+	b0 := cpuOf(r.brokerPID)
 	start := time.Now()
 	var (
 		last    time.Time
@@ -117,22 +121,34 @@ func (r *run) runRaw(ctx context.Context, batches [][]int) (RawResult, error) {
 
 	var bytesMu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
-	for i, sizes := range batches {
+	for i, ps := range pushes {
 		g.Go(func() error {
 			name := clientName(i)
-			project := r.project(i)
-			key := schemas.ProjectKey(r.org, project)
-			gen := newGenerator(cfg.Seed, name, cfg.Mix, cfg.Batch, cfg.LargeMin, cfg.LargeMax)
-			var id uint64
+			src := cfg.newSource(i)
+			pace := cfg.newPacer(start)
+			ids := make(map[int]uint64) // document → last id
 			var n int64
-			for _, size := range sizes {
-				ops := gen.nextBatch()[:size]
+			for k, rec := range ps {
+				if d := pace.wait(time.Now()); d > 0 {
+					select {
+					case <-gctx.Done():
+						return gctx.Err()
+					case <-time.After(d):
+					}
+				}
+				p := src.next()
+				if p.doc != rec.doc || len(p.ops) < rec.size {
+					return fmt.Errorf("client %s: the baseline's push %d is not Canon's (document %d with %d mutations; Canon's: document %d with %d)", name, k, p.doc, len(p.ops), rec.doc, rec.size)
+				}
+				ops := p.ops[:rec.size]
+				project := r.projects[p.doc]
+				key := schemas.ProjectKey(r.org, project)
 				now := time.Now()
 				recs := make([]*kgo.Record, len(ops))
 				for j, o := range ops {
-					id++
+					ids[p.doc]++
 					v, err := schemas.EncodeMutation(&schemas.Mutation{Org: r.org, Project: project, Branch: "main",
-						ClientGroup: "g-" + name, Client: name, ID: id, Name: o.name, Args: o.args,
+						ClientGroup: "g-" + name, Client: name, ID: ids[p.doc], Name: o.name, Args: o.args,
 						TS: now.UnixMilli(), Principal: "bench:" + name, ReceivedAt: now.UnixMilli()}, schemas.DefaultLimits())
 					if err != nil {
 						return err
@@ -169,6 +185,9 @@ func (r *run) runRaw(ctx context.Context, batches [][]int) (RawResult, error) {
 			return res, err
 		}
 		return res, fmt.Errorf("consumed %d of %d records within %s", len(samples), res.Records, cfg.DrainTimeout)
+	}
+	if r.brokerPID != 0 {
+		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}
 	res.Consumed = len(samples)
 	res.Elapsed = last.Sub(start)

@@ -71,10 +71,23 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	c, raw, cfg := r.Canon, r.Raw, r.Config
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Canon load test, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "%d clients (package client, batches of %d, each waiting for its outcomes) over %d projects for %s; "+
-		"mix %s; large items %d-%d KiB; %d partitions; %d CPUs shared by the load generator, Canon, Kafka and ClickHouse.\n\n",
-		cfg.Clients, cfg.Batch, cfg.Projects, c.Elapsed.Round(time.Second), cfg.Mix, cfg.LargeMin>>10, cfg.LargeMax>>10,
-		cfg.Partitions, runtime.NumCPU())
+	rate := "as fast as answered"
+	if cfg.Rate > 0 {
+		rate = fmt.Sprintf("paced at %.0f pushes/s in all", cfg.Rate)
+	}
+	if cfg.Workload == WorkloadEdits {
+		fmt.Fprintf(&b, "Edits workload: %d writers (package client, one item.patch of one field per push, waiting for applied, %s) over %d documents "+
+			"with a websocket each, for %s; Canon's roles producer, sequencer, readapi; %d partitions; %d CPUs shared by the load generator, Canon and Kafka.\n\n",
+			cfg.Clients, rate, cfg.Projects, c.Elapsed.Round(time.Second), cfg.Partitions, runtime.NumCPU())
+	} else {
+		fmt.Fprintf(&b, "%d clients (package client, batches of %d, each waiting for its outcomes, %s) over %d projects for %s; "+
+			"mix %s; large items %d-%d KiB; %d partitions; %d CPUs shared by the load generator, Canon, Kafka and ClickHouse.\n\n",
+			cfg.Clients, cfg.Batch, rate, cfg.Projects, c.Elapsed.Round(time.Second), cfg.Mix, cfg.LargeMin>>10, cfg.LargeMax>>10,
+			cfg.Partitions, runtime.NumCPU())
+	}
+	if len(cfg.CanonArgs) > 0 {
+		fmt.Fprintf(&b, "canon serve's extra flags: `%s`.\n\n", strings.Join(cfg.CanonArgs, " "))
+	}
 	b.WriteString("| | Canon: push → websocket | raw Kafka: produce → consume | Canon / raw |\n")
 	b.WriteString("| --- | ---: | ---: | ---: |\n")
 	fmt.Fprintf(&b, "| mutations | %d | %d | |\n", c.WebsocketMutations, raw.Consumed)
@@ -92,8 +105,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	b.WriteString("\n| Canon | |\n| --- | ---: |\n")
 	fmt.Fprintf(&b, "| push → applied answer p50 / p99 / p99.9 (ms) | %s / %s / %s |\n", ms(c.PushToApplied.P50), ms(c.PushToApplied.P99), ms(c.PushToApplied.P999))
-	fmt.Fprintf(&b, "| ClickHouse visibility lag after the websocket p50 / p99 / p99.9 (ms, polled every %s) | %s / %s / %s |\n",
-		cfg.PollInterval, ms(c.ClickHouseLag.P50), ms(c.ClickHouseLag.P99), ms(c.ClickHouseLag.P999))
+	if cfg.Workload == WorkloadMix {
+		fmt.Fprintf(&b, "| ClickHouse visibility lag after the websocket p50 / p99 / p99.9 (ms, polled every %s) | %s / %s / %s |\n",
+			cfg.PollInterval, ms(c.ClickHouseLag.P50), ms(c.ClickHouseLag.P99), ms(c.ClickHouseLag.P999))
+	}
 	per := func(v float64) float64 {
 		if c.Mutations == 0 {
 			return 0
@@ -101,14 +116,67 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		return v / float64(c.Mutations)
 	}
 	fmt.Fprintf(&b, "| CPU per mutation (ms, canon process) | %.2f |\n", per(float64(c.CPU)/float64(time.Millisecond)))
+	if c.BrokerCPU > 0 {
+		fmt.Fprintf(&b, "| CPU per mutation (ms, the broker during Canon's run; during the baseline's) | %.2f; %.2f |\n",
+			per(float64(c.BrokerCPU)/float64(time.Millisecond)), float64(raw.BrokerCPU)/float64(time.Millisecond)/float64(max(1, raw.Consumed)))
+	}
+	if c.Transactions > 0 {
+		fmt.Fprintf(&b, "| sequencer transactions; mutations per transaction; mean transaction (ms) | %d; %.2f; %s |\n",
+			c.Transactions, float64(c.Mutations)/float64(c.Transactions), ms(c.TransactionTime/time.Duration(c.Transactions)))
+	}
 	fmt.Fprintf(&b, "| Go heap allocated per mutation (KiB) | %.1f |\n", per(c.Allocated)/1024)
 	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f |\n", float64(c.PeakRSS)/(1<<20))
 	fmt.Fprintf(&b, "| args per mutation (bytes, mean) | %.0f |\n", per(float64(c.ArgsBytes)))
 	fmt.Fprintf(&b, "| pushes; outcomes applied / error / duplicate | %d; %d / %d / %d |\n", c.Pushes, c.Applied, c.Errors, c.Duplicates)
-	fmt.Fprintf(&b, "| versions on websockets / in ClickHouse; mutations in ClickHouse (applied) | %d / %d; %d (%d) |\n",
-		c.WebsocketVersions, c.ClickHouseVersions, c.ClickHouseMutations, c.ClickHouseApplied)
+	if cfg.Workload == WorkloadMix {
+		fmt.Fprintf(&b, "| versions on websockets / in ClickHouse; mutations in ClickHouse (applied) | %d / %d; %d (%d) |\n",
+			c.WebsocketVersions, c.ClickHouseVersions, c.ClickHouseMutations, c.ClickHouseApplied)
+	} else {
+		fmt.Fprintf(&b, "| versions on websockets | %d |\n", c.WebsocketVersions)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Summary is the figures of one run that a comparison of runs takes the
+// medians of.
+type Summary struct {
+	// Throughput is Canon's mutations/s, Raw the baseline's records/s,
+	// Ratio Canon's over the baseline's.
+	Throughput, Raw, Ratio float64
+	// CPU per mutation in µs: Canon's process, the broker during Canon's
+	// run, both, and the broker during the baseline (per record).
+	CanonCPU, BrokerCPU, TotalCPU, RawBrokerCPU float64
+	// Push → websocket p50 and p99 in ms, and the baseline's produce →
+	// consume p50.
+	P50, P99, RawP50 float64
+	// PerTransaction is the mutations per sequencer transaction.
+	PerTransaction float64
+}
+
+// Summary returns the run's figures.
+func (r *Report) Summary() Summary {
+	c, raw := r.Canon, r.Raw
+	us := func(d time.Duration, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return float64(d) / float64(time.Microsecond) / float64(n)
+	}
+	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	s := Summary{
+		Throughput: c.Throughput(), Raw: raw.Throughput(),
+		CanonCPU: us(c.CPU, c.Mutations), BrokerCPU: us(c.BrokerCPU, c.Mutations), TotalCPU: us(c.CPU+c.BrokerCPU, c.Mutations),
+		RawBrokerCPU: us(raw.BrokerCPU, raw.Consumed),
+		P50:          msf(c.PushToWebsocket.P50), P99: msf(c.PushToWebsocket.P99), RawP50: msf(raw.Latency.P50),
+	}
+	if s.Raw > 0 {
+		s.Ratio = s.Throughput / s.Raw
+	}
+	if c.Transactions > 0 {
+		s.PerTransaction = float64(c.Mutations) / float64(c.Transactions)
+	}
+	return s
 }
 
 // percentileSeries returns the p50 and p99 of each window of time: a
