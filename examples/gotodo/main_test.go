@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +21,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var serveHTTP = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
-
 // TestGotodoServesAndReplaysItsMutators builds this program, serves it on
 // the real broker, pushes the todo mutators with the Go client, reads the
 // result back, and replays the history in memory with the same binary:
@@ -38,32 +34,10 @@ func TestGotodoServesAndReplaysItsMutators(t *testing.T) {
 	k := testenv.NewKafka(t)
 	bin := testenv.BuildProgram(t, "github.com/canon-sync/canon/examples/gotodo")
 
-	keysPath := filepath.Join(t.TempDir(), "keys.json")
-	keys := auth.NewKeyset()
-	if err := keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := keys.Save(keysPath); err != nil {
-		t.Fatal(err)
-	}
-	token, err := keys.Issue(auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeWrite},
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:ann"}}, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := k.Topic(t, "gotodo") + "."
-	brokers := strings.Join(k.Brokers, ",")
-	p := testenv.NewProgramProcess(t, bin, "gotodo", "serve", "--brokers", brokers, "--topic-prefix", prefix,
-		"--topic-partitions", "2", "--keys", keysPath, "--http", "127.0.0.1:0", "--roles", "producer,sequencer,readapi",
-		"--data", filepath.Join(testenv.ProcessDir(t, "gotodo"), "data"))
-	p.Start(ctx)
-	t.Cleanup(p.CheckLog)
-	m := serveHTTP.FindStringSubmatch(p.CurrentLog())
-	if m == nil {
-		t.Fatal("gotodo did not log its HTTP address")
-	}
-	base := "http://" + m[1]
-	canontest.Wait(t, ctx, "gotodo ready", func() (bool, error) { return p.Ready(), nil })
+	srv := canontest.Serve(t, ctx, k, bin, "gotodo")
+	base := srv.Base
+	token := srv.Token(t, auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeWrite},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:ann"}})
 
 	c := client.New(base, client.WithToken(token))
 	var next uint64
@@ -119,7 +93,7 @@ func TestGotodoServesAndReplaysItsMutators(t *testing.T) {
 	// The same binary replays the history deciding with its mutators: a
 	// binary without them would decide todo.* as unknown mutators and
 	// diverge at the first version.
-	out, err := exec.CommandContext(ctx, bin, "replay", "--brokers", brokers, "--topic-prefix", prefix,
+	out, err := exec.CommandContext(ctx, bin, "replay", "--brokers", srv.Brokers, "--topic-prefix", srv.Prefix,
 		"--project", "acme/todo", "--in-memory", "--json").Output()
 	if err != nil {
 		var stderr []byte

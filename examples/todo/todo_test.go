@@ -28,8 +28,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var serveHTTP = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
-
 var deployed = regexp.MustCompile(`deployed bundle ([0-9a-f]{64}) `)
 
 func TestTodoExampleEndToEnd(t *testing.T) {
@@ -41,32 +39,10 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 	k := testenv.NewKafka(t)
 	bin := testenv.BuildCanon(t)
 
-	keysPath := filepath.Join(t.TempDir(), "keys.json")
-	keys := auth.NewKeyset()
-	if err := keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := keys.Save(keysPath); err != nil {
-		t.Fatal(err)
-	}
-	token, err := keys.Issue(auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeAdmin},
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:ann"}}, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := k.Topic(t, "todo") + "."
-	brokers := strings.Join(k.Brokers, ",")
-	p := testenv.NewProgramProcess(t, bin, "canon", "serve", "--brokers", brokers, "--topic-prefix", prefix,
-		"--topic-partitions", "2", "--keys", keysPath, "--http", "127.0.0.1:0", "--roles", "producer,sequencer,readapi",
-		"--data", filepath.Join(testenv.ProcessDir(t, "canon"), "data"))
-	p.Start(ctx)
-	t.Cleanup(p.CheckLog)
-	m := serveHTTP.FindStringSubmatch(p.CurrentLog())
-	if m == nil {
-		t.Fatal("canon did not log its HTTP address")
-	}
-	base := "http://" + m[1]
-	canontest.Wait(t, ctx, "canon ready", func() (bool, error) { return p.Ready(), nil })
+	srv := canontest.Serve(t, ctx, k, bin, "todo")
+	base := srv.Base
+	token := srv.Token(t, auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeAdmin},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:ann"}})
 
 	run := func(args ...string) string {
 		t.Helper()
@@ -165,7 +141,7 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 		Checked       int  `json:"checked"`
 		Deterministic bool `json:"deterministic"`
 	}
-	out = run("replay", "--brokers", brokers, "--topic-prefix", prefix, "--project", "acme/todo", "--in-memory", "--json")
+	out = run("replay", "--brokers", srv.Brokers, "--topic-prefix", srv.Prefix, "--project", "acme/todo", "--in-memory", "--json")
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.Deterministic || rep.Checked != int(next) {
 		t.Fatalf("replay: %s (%v), want deterministic over %d versions", out, err, next)
 	}
@@ -187,7 +163,7 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 			NewStatus string                `json:"newStatus"`
 		} `json:"conflicts"`
 	}
-	out = run("rebase", "--brokers", brokers, "--topic-prefix", prefix, "--project", "acme/todo", "--from", "3",
+	out = run("rebase", "--brokers", srv.Brokers, "--topic-prefix", srv.Prefix, "--project", "acme/todo", "--from", "3",
 		"--onto", "main@2", "--into", "lenient", "--dry-run", "--mutators", alt, "--json")
 	if err := json.Unmarshal([]byte(out), &reb); err != nil {
 		t.Fatalf("rebase output %q: %v", out, err)

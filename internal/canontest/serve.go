@@ -1,0 +1,68 @@
+package canontest
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/testenv"
+)
+
+// Served is a `serve` child process of canon, or of a program built on
+// package cli, on the real broker, with a keyset of its own.
+type Served struct {
+	Process *testenv.CanonProcess
+	// Base is its HTTP address, http://127.0.0.1:PORT.
+	Base string
+	// KeysPath is the keyset file it verifies tokens with.
+	KeysPath string
+	Keys     *auth.Keyset
+	// Brokers and Prefix are its --brokers and --topic-prefix, for the
+	// commands a test runs against the same topics (replay, rebase).
+	Brokers, Prefix string
+}
+
+var serveHTTP = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
+
+// Serve starts `bin serve` with the producer, sequencer and readapi roles
+// on topics of its own (2 partitions) of k, and waits until it is ready.
+// extra flags are appended; the process is stopped and its log checked at
+// the end of the test.
+func Serve(tb testing.TB, ctx context.Context, k *testenv.Kafka, bin, name string, extra ...string) *Served {
+	tb.Helper()
+	s := &Served{KeysPath: filepath.Join(tb.TempDir(), "keys.json"), Keys: auth.NewKeyset(),
+		Brokers: strings.Join(k.Brokers, ","), Prefix: k.Topic(tb, name) + "."}
+	if err := s.Keys.Generate("k1"); err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Keys.Save(s.KeysPath); err != nil {
+		tb.Fatal(err)
+	}
+	args := append([]string{"serve", "--brokers", s.Brokers, "--topic-prefix", s.Prefix,
+		"--topic-partitions", "2", "--keys", s.KeysPath, "--http", "127.0.0.1:0", "--roles", "producer,sequencer,readapi",
+		"--data", filepath.Join(testenv.ProcessDir(tb, name), "data")}, extra...)
+	s.Process = testenv.NewProgramProcess(tb, bin, name, args...)
+	s.Process.Start(ctx)
+	tb.Cleanup(s.Process.CheckLog)
+	m := serveHTTP.FindStringSubmatch(s.Process.CurrentLog())
+	if m == nil {
+		tb.Fatalf("%s did not log its HTTP address", name)
+	}
+	s.Base = "http://" + m[1]
+	Wait(tb, ctx, name+" ready", func() (bool, error) { return s.Process.Ready(), nil })
+	return s
+}
+
+// Token issues a token of the process's keyset, valid for an hour.
+func (s *Served) Token(tb testing.TB, c auth.Claims) string {
+	tb.Helper()
+	tok, err := s.Keys.Issue(c, time.Hour, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
