@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -356,5 +357,18 @@ func deploy(t *testing.T, base, token string, src []byte) {
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(resp.Body)
 		t.Fatalf("deploy: %s: %s", resp.Status, b.Bytes())
+	}
+}
+
+// The app type-checks under TypeScript's strict mode against the
+// client's sources and the mutators (the build in canon dev does not
+// type-check), with the TypeScript compiler the client pins.
+func TestTodoAppTypeChecks(t *testing.T) {
+	client := testenv.NPMProject(t, "../../clients/typescript", "typescript")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(client, "node_modules", ".bin", "tsc"), "-p", filepath.Join("app", "tsconfig.json"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tsc -p app/tsconfig.json: %v\n%s", err, out)
 	}
 }
