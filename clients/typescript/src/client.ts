@@ -213,6 +213,8 @@ export class Canon<M extends Mutators = Mutators> {
   private bundleReported = new Set<string>();
   private bundleChecking = false;
   private bundleAgain = false;
+  /** The other bundles versions named that made the client ask (once each: a catch-up over old versions asks once). */
+  private bundleAsked = new Set<string>();
 
   constructor(opts: CanonOptions<M>) {
     for (const f of ['server', 'org', 'project'] as const) {
@@ -405,7 +407,7 @@ export class Canon<M extends Mutators = Mutators> {
     const scope = `${this.org}/${this.project}`;
     const msg =
       active === 'none'
-        ? `Canon has no mutator bundle deployed for ${scope}, this app runs bundle ${want.slice(0, 12)}…: its mutations will be errors (unknown_mutator) and its optimistic changes rolled back`
+        ? `Canon has no mutator bundle deployed for ${scope}, this app runs bundle ${want.slice(0, 12)}…: the mutations of its own mutators will be errors (unknown_mutator), their optimistic changes rolled back`
         : `Canon decides ${scope} with mutator bundle ${active.slice(0, 12)}…, this app runs ${want.slice(0, 12)}…: optimistic results can differ from Canon's`;
     this.report(new CanonError('bundle_mismatch', msg, {hint: 'deploy the app\'s bundle (canon mutators deploy) or reload the app built with the deployed one'}));
   }
@@ -777,7 +779,8 @@ export class Canon<M extends Mutators = Mutators> {
    * or an old version decided before a deploy, which the check finds fine).
    */
   private noteBundle(m: wire.WebsocketVersion | wire.Version): void {
-    if (m.bundle !== undefined && this.opts.bundleHash !== undefined && m.bundle !== this.opts.bundleHash && !this.bundleReported.has(m.bundle)) {
+    if (m.bundle !== undefined && this.opts.bundleHash !== undefined && m.bundle !== this.opts.bundleHash && !this.bundleAsked.has(m.bundle)) {
+      this.bundleAsked.add(m.bundle);
       void this.checkBundle();
     }
   }

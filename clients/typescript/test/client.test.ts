@@ -463,6 +463,8 @@ test('the app\'s bundle is checked against the deployed one: a mismatch is repor
   // Another bundle deployed while the app runs: the version it decides
   // makes the client ask again, and it reports the mismatch once.
   s.bundle = mine;
+  const asked = () => s.requests.filter(r => r.startsWith('GET /v1/projects/acme/p/mutators')).length;
+  const before = asked();
   const errs2: CanonError[] = [];
   const c2 = client(s, {bundleHash: mine, onError: e => errs2.push(e)});
   await until('online', () => c2.status === 'online');
@@ -472,6 +474,8 @@ test('the app\'s bundle is checked against the deployed one: a mismatch is repor
   await c2.mutate['todo.add']({id: 'c', title: 'C'});
   await c2.settled();
   assert.deepEqual(errs2.map(e => e.code), ['bundle_mismatch']);
+  // Asked on connect and once for the other bundle, not once per version.
+  assert.equal(asked() - before, 2);
   assert.match(errs2[0]!.message, new RegExp(`acme/p with mutator bundle ${other.slice(0, 12)}…, this app runs ${mine.slice(0, 12)}…`));
   assert.match(errs2[0]!.details.hint ?? '', /canon mutators deploy/);
   await c2.close();
