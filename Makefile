@@ -30,6 +30,12 @@ run: build ## Build and start `canon dev` (DATA=.canon HTTP=127.0.0.1:8080 KAFKA
 	@scripts/dev-clickhouse $(DATA)
 	$(BIN)/canon dev --data $(DATA) --http $(HTTP) --kafka-port $(KAFKA_PORT)
 
+.PHONY: todo
+todo: build ## Start `canon dev` with the todo example app at /app/ (examples/todo/app; its mutators deployed to dev/todo)
+	@scripts/dev-clickhouse $(DATA)
+	$(BIN)/canon dev --data $(DATA) --http $(HTTP) --kafka-port $(KAFKA_PORT) \
+		--app examples/todo/app --app-mutators examples/todo/mutators.ts --app-project todo
+
 .PHONY: deps
 deps: ## Install what the tests need and is missing (Java, Maven, Chromium, python3-venv; as root with apt-get)
 	@scripts/provision

@@ -35,6 +35,7 @@ type devFlags struct {
 	clickhouse  devClickHouseFlags
 	corsOrigins []string
 	ckpt        checkpointFlags
+	app         devAppFlags
 }
 
 func newDevCmd(g *globalFlags) *cobra.Command {
@@ -66,7 +67,9 @@ else runs and the command that installs it is printed.`,
   canon dev --data /tmp/canon --http 127.0.0.1:9000
   canon dev --kafka-port 19092   # the embedded broker on another port
   canon dev --brokers localhost:9092   # use a running Kafka instead
-  canon dev --clickhouse localhost:9000   # use a running ClickHouse instead`,
+  canon dev --clickhouse localhost:9000   # use a running ClickHouse instead
+  canon dev --app examples/todo/app --app-mutators examples/todo/mutators.ts --app-project todo
+                                          # the todo example app at /app/ (make todo)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -94,6 +97,7 @@ else runs and the command that installs it is printed.`,
 	f.clickhouse.register(cmd)
 	registerCORSFlag(cmd, &f.corsOrigins, devCORSOrigins)
 	f.ckpt.register(cmd, "object store of partition checkpoints, file:///DIR or s3://BUCKET?region=R (default: the directory checkpoints/ under --data)")
+	f.app.register(cmd)
 	return cmd
 }
 
@@ -107,6 +111,12 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 		return err
 	}
 	data, err := filepath.Abs(f.data)
+	if err != nil {
+		return err
+	}
+	// The app is built first: a mistake in it is told before anything
+	// starts.
+	app, err := buildDevApp(&f.app)
 	if err != nil {
 		return err
 	}
@@ -208,6 +218,10 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 	fmt.Fprintf(w, "  health      %s/healthz  %s/readyz\n", base, base)
 	fmt.Fprintf(w, "  metrics     %s/metrics\n", base)
 	fmt.Fprintf(w, "  web UI      %s/ui/#token=%s\n              (open it in two tabs and edit a project in both)\n", base, devToken)
+	if app != nil {
+		n.mux.Handle(appPrefix, app)
+		fmt.Fprintf(w, "  app         %s%s#token=%s\n              (project dev/%s; open it in two tabs)\n", base, appPrefix, devToken, app.project)
+	}
 	fmt.Fprintf(w, "  keys        %s (more tokens: canon token issue --keys %s …)\n", keysPath, keysPath)
 	fmt.Fprintf(w, "  dev token   %s\n              (org dev, all projects, admin, 30 days)\n", devToken)
 	log.Info("canon dev started", "version", versionString(), "http", n.httpLn.Addr().String(), "brokers", brokers)
@@ -220,7 +234,11 @@ func runDev(ctx context.Context, cmd *cobra.Command, f *devFlags, mutators *mode
 		fmt.Fprintf(w, "  roles       %s\n", strings.Join(names, ", "))
 		printTryIt(w, base, devToken)
 	}
-	err = n.runRoles(ctx, names, component{"banner", printWhenReady(n, cmd.OutOrStdout(), &banner, rest)})
+	var ready func(context.Context, io.Writer) error
+	if app != nil {
+		ready = func(ctx context.Context, w io.Writer) error { return app.deploy(ctx, base, devToken, w) }
+	}
+	err = n.runRoles(ctx, names, component{"banner", printWhenReady(n, cmd.OutOrStdout(), &banner, rest, ready)})
 	log.Info("canon dev stopping")
 	return err
 }
@@ -234,8 +252,10 @@ const bannerWait = 20 * time.Second
 
 // printWhenReady is a component of canon dev that adds rest to the
 // banner, prints it once every readiness check passes (or after
-// bannerWait, naming the checks that fail), and then returns.
-func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer, rest func(io.Writer)) func(context.Context) error {
+// bannerWait, naming the checks that fail), and then returns. ready, when
+// not nil, runs once Canon is ready, before the banner is printed (the
+// app's deploy); its error stops canon dev.
+func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer, rest func(io.Writer), ready func(context.Context, io.Writer) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		rest(banner)
 		deadline := time.Now().Add(bannerWait)
@@ -245,6 +265,11 @@ func printWhenReady(n *node, out io.Writer, banner *bytes.Buffer, rest func(io.W
 				return nil
 			}
 			if len(failed) == 0 || time.Now().After(deadline) {
+				if ready != nil {
+					if err := ready(ctx, banner); err != nil {
+						return err
+					}
+				}
 				for _, name := range slices.Sorted(maps.Keys(failed)) {
 					fmt.Fprintf(banner, "  not ready   %s: %v (see /readyz)\n", name, failed[name])
 				}

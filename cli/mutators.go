@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,42 +130,47 @@ sequencer has activated it (with --project; --wait 0 does not wait).`,
 			if err != nil {
 				return err
 			}
-			path := "/v1/orgs/" + url.PathEscape(f.org) + "/mutators"
-			if f.project != "" {
-				path = "/v1/projects/" + url.PathEscape(f.org) + "/" + url.PathEscape(f.project) + "/mutators"
-			}
-			var resp wire.DeployResponse
-			if err := f.call(cmd, http.MethodPut, path, src, &resp); err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "deployed bundle %s (%d bytes) for %s: %s\n", resp.Hash, len(src), f.scope(), strings.Join(resp.Names, ", "))
-			if f.project == "" || f.wait <= 0 {
-				return nil
-			}
-			deadline := time.Now().Add(f.wait)
-			for {
-				var ab wire.ActiveBundle
-				err := f.call(cmd, http.MethodGet, path, nil, &ab)
-				if err == nil && ab.Hash == resp.Hash {
-					fmt.Fprintf(out, "active in %s/%s from offset %d of partition %d\n", f.org, f.project, ab.Source.Offset, ab.Source.Partition)
-					return nil
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("bundle %s was written but is not active after %s (is a sequencer running? it rejects a bundle it cannot compile: see canon.rejected)", resp.Hash, f.wait)
-				}
-				select {
-				case <-cmd.Context().Done():
-					return cmd.Context().Err()
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
+			return f.deploy(cmd.Context(), cmd.OutOrStdout(), src)
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&f.build, "build", false, "bundle FILE with what it imports even when it is .js")
 	cmd.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "with --project: how long to wait for the activation (0: do not wait)")
 	return cmd
+}
+
+// deploy sends the bundle src and, for a project, waits until the
+// sequencer has activated it (f.wait).
+func (f *mutatorsFlags) deploy(ctx context.Context, out io.Writer, src []byte) error {
+	path := "/v1/orgs/" + url.PathEscape(f.org) + "/mutators"
+	if f.project != "" {
+		path = "/v1/projects/" + url.PathEscape(f.org) + "/" + url.PathEscape(f.project) + "/mutators"
+	}
+	var resp wire.DeployResponse
+	if err := f.call(ctx, http.MethodPut, path, src, &resp); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "deployed bundle %s (%d bytes) for %s: %s\n", resp.Hash, len(src), f.scope(), strings.Join(resp.Names, ", "))
+	if f.project == "" || f.wait <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(f.wait)
+	for {
+		var ab wire.ActiveBundle
+		err := f.call(ctx, http.MethodGet, path, nil, &ab)
+		if err == nil && ab.Hash == resp.Hash {
+			fmt.Fprintf(out, "active in %s/%s from offset %d of partition %d\n", f.org, f.project, ab.Source.Offset, ab.Source.Partition)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bundle %s was written but is not active after %s (is a sequencer running? it rejects a bundle it cannot compile: see canon.rejected)", resp.Hash, f.wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func newMutatorsGetCmd() *cobra.Command {
@@ -182,12 +188,12 @@ func newMutatorsGetCmd() *cobra.Command {
 			}
 			path := "/v1/projects/" + url.PathEscape(f.org) + "/" + url.PathEscape(f.project) + "/mutators"
 			var ab wire.ActiveBundle
-			if err := f.call(cmd, http.MethodGet, path, nil, &ab); err != nil {
+			if err := f.call(cmd.Context(), http.MethodGet, path, nil, &ab); err != nil {
 				return err
 			}
 			if f.out != "" {
 				var src []byte
-				if err := f.call(cmd, http.MethodGet, path+"/bundle", nil, &src); err != nil {
+				if err := f.call(cmd.Context(), http.MethodGet, path+"/bundle", nil, &src); err != nil {
 					return err
 				}
 				if err := os.WriteFile(f.out, src, 0o644); err != nil {
@@ -224,8 +230,8 @@ func (f *mutatorsFlags) scope() string {
 
 // call sends a request and decodes the answer into out (a *[]byte takes
 // the body as it is); an error answer becomes its message and hint.
-func (f *mutatorsFlags) call(cmd *cobra.Command, method, path string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(cmd.Context(), method, strings.TrimSuffix(f.url, "/")+path, bytes.NewReader(body))
+func (f *mutatorsFlags) call(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(f.url, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return usageError{fmt.Errorf("--url %q: %w", f.url, err)}
 	}

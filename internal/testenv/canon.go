@@ -89,8 +89,9 @@ func removeCanonBinary() {
 	}
 }
 
-// serveStarted is the line `canon serve` logs once it serves HTTP.
-var serveStarted = regexp.MustCompile(`msg="canon serve started".* http=(\S+)`)
+// serveStarted is the line `canon serve` (or `canon dev`) logs once it
+// serves HTTP.
+var serveStarted = regexp.MustCompile(`msg="canon (?:serve|dev) started".* http=(\S+)`)
 
 // CanonProcess is one `canon serve` process, restartable with the same
 // arguments (and so the same data directory). Its output goes to a log

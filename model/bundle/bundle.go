@@ -469,6 +469,38 @@ func Build(entry string) ([]byte, error) {
 	return res.OutputFiles[0].Contents, nil
 }
 
+// BuildApp bundles the entry file of a web app (TypeScript, TSX or
+// JavaScript) and what it imports for browsers, into one ES module with
+// an inline source map: what canon dev --app serves. A tsconfig.json
+// beside the entry may map package names to paths ("paths"), as an app
+// in this repository maps @canon/client to the client's sources.
+func BuildApp(entry string) ([]byte, error) {
+	abs, err := filepath.Abs(entry)
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", entry, err)
+	}
+	res := api.Build(api.BuildOptions{
+		EntryPoints:   []string{abs},
+		AbsWorkingDir: filepath.Dir(abs),
+		Bundle:        true,
+		Write:         false,
+		Format:        api.FormatESModule,
+		Target:        api.ES2022,
+		Platform:      api.PlatformBrowser,
+		Sourcemap:     api.SourceMapInline,
+		Charset:       api.CharsetUTF8,
+		LogLevel:      api.LogLevelSilent,
+		JSX:           api.JSXAutomatic,
+	})
+	if len(res.Errors) > 0 {
+		return nil, fmt.Errorf("build %s: %s", entry, fileMessages(res.Errors))
+	}
+	if len(res.OutputFiles) != 1 {
+		return nil, fmt.Errorf("build %s: esbuild made %d files, want 1", entry, len(res.OutputFiles))
+	}
+	return res.OutputFiles[0].Contents, nil
+}
+
 // fileMessages formats esbuild's errors as "file:line:col: text".
 func fileMessages(ms []api.Message) string {
 	var parts []string

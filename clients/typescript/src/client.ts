@@ -61,7 +61,17 @@ export interface CanonOptions<M extends Mutators = Mutators> {
   maxPushMutations?: number;
   WebSocket?: typeof WebSocket;
   fetch?: Fetch;
-  /** Problems the client cannot act on itself: a refused token, a push Canon will never take. */
+  /**
+   * The hash of the mutator bundle this app runs (lowercase hex SHA-256 of
+   * its built bytes, as `canon mutators deploy` prints it; bundleHash()
+   * computes it). The client compares it with the bundle Canon has active
+   * for the project (GET …/mutators, on every connect) and with the bundle
+   * each version was decided by, and reports a difference through onError
+   * with code bundle_mismatch: the optimistic results then differ from
+   * Canon's. Without it nothing is checked.
+   */
+  bundleHash?: string;
+  /** Problems the client cannot act on itself: a refused token, a push Canon will never take, a bundle that is not the deployed one. */
   onError?: (e: CanonError) => void;
   /** Every outcome of this client's mutations, including the previous session's ones learned after a reload. */
   onOutcome?: (o: OutcomeEvent) => void;
@@ -199,6 +209,12 @@ export class Canon<M extends Mutators = Mutators> {
   private maxPushBytes = 4 << 20;
   private maxPushMutations: number;
   private statusNow: Status = 'connecting';
+  /** The active bundle hashes already reported as a mismatch (once each), and a check in flight. */
+  private bundleReported = new Set<string>();
+  private bundleChecking = false;
+  private bundleAgain = false;
+  /** The other bundles versions named that made the client ask (once each: a catch-up over old versions asks once). */
+  private bundleAsked = new Set<string>();
 
   constructor(opts: CanonOptions<M>) {
     for (const f of ['server', 'org', 'project'] as const) {
@@ -208,6 +224,9 @@ export class Canon<M extends Mutators = Mutators> {
     }
     if (opts.token === undefined || opts.token === '') {
       throw new TypeError('Canon: options.token is required: an access token with the write scope, or a function returning one');
+    }
+    if (opts.bundleHash !== undefined && !/^[0-9a-f]{64}$/.test(opts.bundleHash)) {
+      throw new TypeError(`Canon: options.bundleHash must be the bundle's lowercase hex SHA-256 (64 characters), not ${JSON.stringify(opts.bundleHash)}`);
     }
     this.opts = opts;
     this.org = opts.org;
@@ -342,7 +361,55 @@ export class Canon<M extends Mutators = Mutators> {
     if (this.statusNow !== s) {
       this.statusNow = s;
       this.opts.onStatus?.(s);
+      if (s === 'online' || s === 'polling') {
+        void this.checkBundle();
+      }
     }
+  }
+
+  // ---- the bundle this app runs against the deployed one ----
+
+  /** checkBundle asks Canon which bundle decides the project and reports a mismatch with options.bundleHash. */
+  private async checkBundle(): Promise<void> {
+    const want = this.opts.bundleHash;
+    if (want === undefined || this.closed) {
+      return;
+    }
+    if (this.bundleChecking) {
+      this.bundleAgain = true;
+      return;
+    }
+    this.bundleChecking = true;
+    try {
+      const active = await this.api.activeBundle();
+      this.bundleMismatch(active?.hash ?? 'none');
+    } catch (e) {
+      // Unreachable now: the next connect checks again.
+      if (!(e instanceof CanonError && e.code === 'network')) {
+        this.report(new CanonError('bundle_check', `check the deployed mutator bundle of ${this.org}/${this.project}: ${(e as Error).message}`));
+      }
+    } finally {
+      this.bundleChecking = false;
+    }
+    if (this.bundleAgain) {
+      this.bundleAgain = false;
+      await this.checkBundle();
+    }
+  }
+
+  /** bundleMismatch reports, once per hash, that Canon decides with another bundle than the app's ('none': no bundle deployed). */
+  private bundleMismatch(active: string): void {
+    const want = this.opts.bundleHash;
+    if (want === undefined || active === want || this.bundleReported.has(active)) {
+      return;
+    }
+    this.bundleReported.add(active);
+    const scope = `${this.org}/${this.project}`;
+    const msg =
+      active === 'none'
+        ? `Canon has no mutator bundle deployed for ${scope}, this app runs bundle ${want.slice(0, 12)}…: the mutations of its own mutators will be errors (unknown_mutator), their optimistic changes rolled back`
+        : `Canon decides ${scope} with mutator bundle ${active.slice(0, 12)}…, this app runs ${want.slice(0, 12)}…: optimistic results can differ from Canon's`;
+    this.report(new CanonError('bundle_mismatch', msg, {hint: 'deploy the app\'s bundle (canon mutators deploy) or reload the app built with the deployed one'}));
   }
 
   private report(e: CanonError): void {
@@ -686,6 +753,7 @@ export class Canon<M extends Mutators = Mutators> {
   // ---- versions ----
 
   private fromWire(m: wire.WebsocketVersion | wire.Version): VersionIn {
+    this.noteBundle(m);
     return {
       version: m.version,
       parent: m.parent,
@@ -703,6 +771,18 @@ export class Canon<M extends Mutators = Mutators> {
       })),
       lastIds: (m.lastIds ?? {}) as {[k: string]: number},
     };
+  }
+
+  /**
+   * noteBundle asks Canon again which bundle is active when a version was
+   * decided by another bundle than the app's (a deploy while the app runs;
+   * or an old version decided before a deploy, which the check finds fine).
+   */
+  private noteBundle(m: wire.WebsocketVersion | wire.Version): void {
+    if (m.bundle !== undefined && this.opts.bundleHash !== undefined && m.bundle !== this.opts.bundleHash && !this.bundleAsked.has(m.bundle)) {
+      this.bundleAsked.add(m.bundle);
+      void this.checkBundle();
+    }
   }
 
   /** receive queues a version for applying; bodies are fetched first, in order. */

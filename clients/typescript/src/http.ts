@@ -88,6 +88,18 @@ export class Api {
     return (await (await this.request(`/clients/${encodeURIComponent(client)}/mutations/${id}` + this.q({}))).json()) as wire.Mutation;
   }
 
+  /** activeBundle reads the mutator bundle Canon has active for the project; undefined when none is deployed. */
+  async activeBundle(): Promise<wire.ActiveBundle | undefined> {
+    try {
+      return (await (await this.request('/mutators')).json()) as wire.ActiveBundle;
+    } catch (e) {
+      if (e instanceof CanonError && e.code === 'no_bundle') {
+        return undefined;
+      }
+      throw e;
+    }
+  }
+
   async push(body: wire.PushRequest): Promise<wire.PushResponse> {
     return (await (
       await this.request('/push', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)})

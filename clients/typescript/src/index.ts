@@ -2,6 +2,7 @@
 
 export {Canon, backoffDelay} from './client.js';
 export type {CanonOptions, MutateFns, Outcome, OutcomeEvent, Query, QueryResult, Status} from './client.js';
+export {bundleHash} from './bundle.js';
 export {CanonError} from './errors.js';
 export {canonical, clone, equal, mergePatch, splice, type JSONObject, type JSONValue} from './json.js';
 export {builtins, checkMutators, Limits, MutatorError, BUILTIN_NAMES} from './mutators.js';

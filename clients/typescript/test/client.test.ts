@@ -4,7 +4,9 @@ import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {test} from 'node:test';
 
+import {bundleHash} from '../src/bundle.js';
 import {backoffDelay, Canon, type CanonOptions} from '../src/client.js';
+import type {CanonError} from '../src/errors.js';
 import type {JSONValue} from '../src/json.js';
 import {MutatorError, type Mutators, type Tx} from '../src/mutators.js';
 import {FileStorage} from '../src/node.js';
@@ -428,4 +430,55 @@ test('bodies are fetched by hash at most once, and not at all when the client ma
   assert.equal(blobGets.length, 1, blobGets.join('\n')); // b once; a never
   a.close();
   b.close();
+});
+
+test('the app\'s bundle is checked against the deployed one: a mismatch is reported once, with both hashes', async () => {
+  const mine = await bundleHash('export default {};\n');
+  // Node's own SHA-256 agrees with the client's.
+  const {createHash} = await import('node:crypto');
+  assert.equal(mine, createHash('sha256').update('export default {};\n').digest('hex'));
+  const other = 'b'.repeat(64);
+  const s = new FakeCanon(todo);
+
+  // The same bundle deployed: nothing reported.
+  s.bundle = mine;
+  const errs: CanonError[] = [];
+  const ok = client(s, {bundleHash: mine, onError: e => errs.push(e)});
+  await until('online', () => ok.status === 'online');
+  await until('checked', () => s.requests.some(r => r.startsWith('GET /v1/projects/acme/p/mutators')));
+  assert.equal((await ok.mutate['todo.add']({id: 'a', title: 'A'})).status, 'applied');
+  await ok.settled();
+  assert.deepEqual(errs.map(e => e.code), []);
+  await ok.close();
+
+  // None deployed: reported.
+  s.bundle = undefined;
+  const none: CanonError[] = [];
+  const c1 = client(s, {bundleHash: mine, onError: e => none.push(e)});
+  await until('mismatch reported', () => none.length > 0);
+  assert.equal(none[0]!.code, 'bundle_mismatch');
+  assert.match(none[0]!.message, /no mutator bundle deployed for acme\/p/);
+  await c1.close();
+
+  // Another bundle deployed while the app runs: the version it decides
+  // makes the client ask again, and it reports the mismatch once.
+  s.bundle = mine;
+  const asked = () => s.requests.filter(r => r.startsWith('GET /v1/projects/acme/p/mutators')).length;
+  const before = asked();
+  const errs2: CanonError[] = [];
+  const c2 = client(s, {bundleHash: mine, onError: e => errs2.push(e)});
+  await until('online', () => c2.status === 'online');
+  s.bundle = other;
+  await c2.mutate['todo.add']({id: 'b', title: 'B'});
+  await until('mismatch reported', () => errs2.length > 0);
+  await c2.mutate['todo.add']({id: 'c', title: 'C'});
+  await c2.settled();
+  assert.deepEqual(errs2.map(e => e.code), ['bundle_mismatch']);
+  // Asked on connect and once for the other bundle, not once per version.
+  assert.equal(asked() - before, 2);
+  assert.match(errs2[0]!.message, new RegExp(`acme/p with mutator bundle ${other.slice(0, 12)}…, this app runs ${mine.slice(0, 12)}…`));
+  assert.match(errs2[0]!.details.hint ?? '', /canon mutators deploy/);
+  await c2.close();
+
+  assert.throws(() => client(s, {bundleHash: 'ABC'}), /options.bundleHash must be the bundle's lowercase hex SHA-256/);
 });

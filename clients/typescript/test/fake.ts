@@ -34,6 +34,8 @@ export class FakeCanon {
   /** The next live version sent is skipped on the sockets (a gap). */
   skipNext = false;
   requests: string[] = [];
+  /** The hash of the bundle deployed for the project (GET …/mutators); its versions record it. */
+  bundle: string | undefined;
   pushes = 0;
   decided = 0;
   duplicates = 0;
@@ -97,6 +99,7 @@ export class FakeCanon {
     const v: wire.Version = {
       org: this.org, project: this.project, branch: this.branch, version: this.head + 1, parent: this.head, ts: this.now,
       scalars: Object.fromEntries(this.state.scalars), items, mutations, lastIds, stateHash: '0'.repeat(64), source: {partition: 0, offset: 0},
+      ...(this.bundle !== undefined && mutations.length > 0 && {bundle: this.bundle}),
     };
     this.versions.push(v);
     for (const it of items) {
@@ -132,6 +135,7 @@ export class FakeCanon {
       scalars: v.scalars, items: (v.items ?? []).map(i => ({collection: i.collection, id: i.id, op: i.op, ...(i.meta && {meta: i.meta}), ...(i.hash && {hash: i.hash, size: i.size ?? 0})})),
       mutations: (v.mutations ?? []).map(m => ({clientGroup: m.clientGroup, client: m.client, id: m.id, name: m.name, status: m.status, ...(m.error !== undefined && {error: m.error})})),
       lastIds: v.lastIds ?? {},
+      ...(v.bundle !== undefined && {bundle: v.bundle}),
     };
   }
 
@@ -214,6 +218,13 @@ export class FakeCanon {
         }
       }
       return json(200, {client, branch: this.branch, id, status: 'pending', applied: false, lastMutationID: this.lastIds.get(client) ?? 0});
+    }
+    if (path === '/mutators') {
+      if (this.bundle === undefined) {
+        return json(404, {error: {code: 'no_bundle', message: `no mutator bundle is deployed for ${this.org}/${this.project}`}});
+      }
+      const ab: wire.ActiveBundle = {org: this.org, project: this.project, scope: 'project', hash: this.bundle, deployedAt: this.now, activatedAt: this.now, source: {partition: 0, offset: 0}};
+      return json(200, ab);
     }
     if (path === '/push' && init.method === 'POST') {
       const body = JSON.parse(String(init.body)) as wire.PushRequest;
