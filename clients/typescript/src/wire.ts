@@ -319,6 +319,8 @@ export type PushOutcome = {
   version?: number;
   /** The mutator's message (status error) */
   error?: string;
+  /** The stable code of the error (status error), e.g. mutator_error, unknown_mutator, budget_exceeded or one a mutator threw (docs/mutators.md#error-codes) */
+  code?: string;
   /** Why it was rejected: gap, unauthorized, invalid, … */
   reason?: string;
   message?: string;
@@ -441,6 +443,8 @@ export type WebsocketMutation = {
   status: "applied" | "error";
   /** The mutator's message (status error) */
   error?: string;
+  /** The stable code of the error (status error; docs/mutators.md#error-codes) */
+  code?: string;
 };
 
 /** The subscription cannot resume from `from`: the versions that follow start after head */
