@@ -98,6 +98,12 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 	if schemas.BundleHash(js) != hash {
 		t.Errorf("the deployed build of mutators.ts has hash %s, mutators.js %s: rebuild mutators.js", hash, schemas.BundleHash(js))
 	}
+	// The org's deployments: acme/todo's own, on its partition (the
+	// node serves both).
+	list := run("mutators", "list", "--url", base, "--org", "acme")
+	if !strings.Contains(list, "org acme, partitions 0,1\n") || !regexp.MustCompile(`(?m)^acme/todo +`+hash+` `).MatchString(list) {
+		t.Errorf("mutators list said %q, want acme/todo with %s", list, hash)
+	}
 
 	c := client.New(base, client.WithToken(token))
 	var next uint64
