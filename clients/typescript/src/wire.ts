@@ -286,6 +286,27 @@ export type DeployedRecord = {
   offset: number;
 };
 
+export type Deployments = {
+  org: string;
+  /** The partitions this answer covers (those the instance serves) */
+  partitions: number[];
+  /** The org's deploy(s) first, then the projects' own, by project */
+  deployments: Deployment[];
+};
+
+export type Deployment = {
+  scope: "project" | "org";
+  /** The project (scope project) */
+  project?: string;
+  hash: Hash;
+  /** Who deployed it */
+  principal?: string;
+  /** When it was deployed (ms) */
+  deployedAt: number;
+  /** Where the bundle is active */
+  partitions: number[];
+};
+
 export type ActiveBundle = {
   org: string;
   project: string;
