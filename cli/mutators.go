@@ -11,7 +11,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -107,7 +109,7 @@ names to functions (docs/mutators.md). Deploying it makes the sequencer
 decide the project's (or the org's) mutations with it from the deploy's
 position in the project's order on; each version records the bundle's hash.`,
 	}
-	cmd.AddCommand(newMutatorsDeployCmd(), newMutatorsGetCmd())
+	cmd.AddCommand(newMutatorsDeployCmd(), newMutatorsGetCmd(), newMutatorsListCmd())
 	return cmd
 }
 
@@ -206,6 +208,67 @@ func newMutatorsGetCmd() *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().StringVar(&f.out, "source", "", "also write the bundle's source to this file")
 	return cmd
+}
+
+func newMutatorsListCmd() *cobra.Command {
+	f := &mutatorsFlags{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list --org ORG",
+		Short: "List which scopes of an org have which bundle",
+		Long: `List the org's deploy and its projects' own deploys, as the store of the
+server asked holds them: a server that serves some partitions of the
+changelog answers for those (the PARTITIONS column, and the first line,
+say which).`,
+		Example: `  canon mutators list --org dev`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			if f.project != "" {
+				return usageError{errors.New("list takes no --project: it lists the whole org (canon mutators get --project P shows one project's)")}
+			}
+			var ds wire.Deployments
+			if err := f.call(cmd.Context(), http.MethodGet, "/v1/orgs/"+url.PathEscape(f.org)+"/mutators", nil, &ds); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, ds)
+			}
+			fmt.Fprintf(out, "org %s, partitions %s\n", ds.Org, partitionList(ds.Partitions))
+			if len(ds.Deployments) == 0 {
+				fmt.Fprintln(out, "no bundle deployed: the built-in and Go mutators decide")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SCOPE\tHASH\tDEPLOYED\tBY\tPARTITIONS")
+			for _, d := range ds.Deployments {
+				scope := "org " + ds.Org
+				if d.Scope == wire.ScopeProject {
+					scope = ds.Org + "/" + d.Project
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", scope, d.Hash, time.UnixMilli(d.DeployedAt).UTC().Format(time.RFC3339),
+					d.Principal, partitionList(d.Partitions))
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer as JSON")
+	return cmd
+}
+
+func partitionList(ps []int32) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
 }
 
 func (f *mutatorsFlags) check() error {

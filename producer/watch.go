@@ -267,7 +267,7 @@ func (w *watcher) event(ev *changelog.Event) {
 				}
 			}
 			o := outcome{Outcome: wire.Outcome{Written: wire.Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
-				Status: wire.OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error}, next: ev.Offset + 1}
+				Status: wire.OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error, Code: m.Code}, next: ev.Offset + 1}
 			if m.Status == schemas.StatusError {
 				o.Status = wire.OutcomeError
 			}

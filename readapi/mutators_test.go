@@ -1,7 +1,9 @@
 package readapi
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +173,35 @@ func TestDeployEndpoints(t *testing.T) {
 	r.json(t, &ab)
 	if ab.Hash != hash || ab.Scope != wire.ScopeProject {
 		t.Errorf("acme/doc after the org deploy: %+v, want its own %s", ab, hash)
+	}
+
+	// The org's deployments: the org's bundle, active in every partition
+	// once each activated it, and acme/doc's own, in its partition.
+	orgHash := schemas.BundleHash([]byte(orgBundle))
+	var ds wire.Deployments
+	canontest.WaitFor(t, 30*time.Second, "the org deploy in every partition", func() (bool, error) {
+		r := e.api.do(http.MethodGet, "/v1/orgs/acme/mutators", admin, nil)
+		if r.status != http.StatusOK {
+			return false, fmt.Errorf("GET /v1/orgs/acme/mutators: %d %s", r.status, r.body)
+		}
+		ds = wire.Deployments{}
+		r.json(t, &ds)
+		return len(ds.Deployments) > 0 && len(ds.Deployments[0].Partitions) == 3, nil
+	})
+	want := []wire.Deployment{
+		{Scope: wire.ScopeOrg, Hash: orgHash, Partitions: []int32{0, 1, 2}},
+		{Scope: wire.ScopeProject, Project: "doc", Hash: hash, Partitions: []int32{s.Store.PartitionOf("acme", "doc")}},
+	}
+	if len(ds.Deployments) != len(want) || !slices.Equal(ds.Partitions, []int32{0, 1, 2}) {
+		t.Fatalf("org deployments: %+v, want %+v", ds, want)
+	}
+	for i, d := range ds.Deployments {
+		w := want[i]
+		if d.Scope != w.Scope || d.Project != w.Project || d.Hash != w.Hash || !slices.Equal(d.Partitions, w.Partitions) || d.DeployedAt == 0 {
+			t.Errorf("org deployment %d: %+v, want %+v", i, d, w)
+		}
+	}
+	if r := e.api.do(http.MethodGet, "/v1/orgs/other/mutators", admin, nil); r.status != http.StatusForbidden {
+		t.Errorf("another org's deployments: %d %s, want 403", r.status, r.body)
 	}
 }

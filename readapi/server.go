@@ -142,6 +142,7 @@ func (s *Server) Routes() []Route {
 		{http.MethodGet, "/v1/projects/{org}/{project}/clients/{client}/mutations/{id}", "mutation", s.handleMutation},
 		{http.MethodGet, "/v1/projects/{org}/{project}/mutators", "mutators", s.handleMutators},
 		{http.MethodGet, "/v1/projects/{org}/{project}/mutators/bundle", "mutators_bundle", s.handleMutatorsBundle},
+		{http.MethodGet, "/v1/orgs/{org}/mutators", "org_mutators", s.handleOrgMutators},
 		{http.MethodPost, "/replicache/v1/{org}/{project}/pull", "replicache_pull", s.handleReplicachePull},
 	}
 }

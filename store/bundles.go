@@ -203,3 +203,32 @@ func (ps *partitionState) forgetDeploys() {
 	ps.deployGen++
 	ps.deploys, ps.deploysLoaded = nil, false
 }
+
+// Deployments returns the activations of an org's scopes in partition p
+// (its org deploy, project "", and its projects' own), as of the store's
+// committed changelog, sorted by project.
+func (s *Store) Deployments(p int32, org string) ([]Deployed, error) {
+	if err := s.checkPartition(p); err != nil {
+		return nil, err
+	}
+	start := appendString(append(partitionPrefix(p), kindActive), org)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
+	if err != nil {
+		return nil, err
+	}
+	var out []Deployed
+	for it.First(); it.Valid(); it.Next() {
+		var d Deployed
+		if err := json.Unmarshal(it.Value(), &d); err != nil {
+			_ = it.Close()
+			return nil, fmt.Errorf("%w: active bundle in partition %d: %w", ErrCorrupt, p, err)
+		}
+		if d.Org == org {
+			out = append(out, d)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -43,3 +43,30 @@ const (
 	ScopeProject = "project"
 	ScopeOrg     = "org"
 )
+
+// Deployments answers GET /v1/orgs/{org}/mutators: which scopes of the
+// org have which bundle, as of the store of the instance that answers.
+// An instance holds some partitions: Partitions are those the answer
+// covers (a project of another partition is not listed, and an org
+// deploy is listed with the covered partitions that run it).
+type Deployments struct {
+	Org         string       `json:"org"`
+	Partitions  []int32      `json:"partitions"`
+	Deployments []Deployment `json:"deployments"`
+}
+
+// Deployment is a bundle deployed for one scope: the org (Project
+// absent) or one of its projects.
+type Deployment struct {
+	Scope string `json:"scope"`
+	// Project is absent for the org's deploy.
+	Project    string `json:"project,omitempty"`
+	Hash       string `json:"hash"`
+	Principal  string `json:"principal,omitempty"`
+	DeployedAt int64  `json:"deployedAt"`
+	// Partitions are where the bundle is active: the project's, or the
+	// covered partitions where the org deploy was activated (an org
+	// deploy writes one record per partition, each activated in its
+	// partition's order).
+	Partitions []int32 `json:"partitions"`
+}

@@ -32,6 +32,8 @@ var described = []struct {
 	{"DeployResponse", DeployResponse{}},
 	{"DeployedRecord", DeployedRecord{}},
 	{"ActiveBundle", ActiveBundle{}},
+	{"Deployments", Deployments{}},
+	{"Deployment", Deployment{}},
 	{"WebsocketHello", HelloMessage{}},
 	{"WebsocketVersion", VersionMessage{}},
 	{"WebsocketItem", ItemMessage{}},

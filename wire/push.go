@@ -56,6 +56,10 @@ type Outcome struct {
 	Version uint64 `json:"version,omitempty"`
 	// Error is the mutator's error (status error).
 	Error string `json:"error,omitempty"`
+	// Code is the stable code of Error (status error), such as
+	// mutator_error, unknown_mutator or budget_exceeded, or the one a
+	// JavaScript mutator threw; docs/mutators.md lists them.
+	Code string `json:"code,omitempty"`
 	// Reason, Message and ExpectedID say why a mutation was rejected.
 	Reason     string `json:"reason,omitempty"`
 	Message    string `json:"message,omitempty"`

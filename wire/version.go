@@ -108,6 +108,10 @@ func AppendVersion(b []byte, v *schemas.Version) ([]byte, error) {
 			b = append(b, `,"error":`...)
 			b = appendString(b, o.Error)
 		}
+		if o.Code != "" {
+			b = append(b, `,"code":`...)
+			b = appendString(b, o.Code)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `],"lastIds":{`...)

@@ -29,7 +29,7 @@ func marshalVersion(v *schemas.Version) ([]byte, error) {
 	}
 	for i, o := range v.Mutations {
 		m.Mutations[i] = MutationMessage{ClientGroup: o.ClientGroup, Client: o.Client, ID: o.ID, Name: o.Name,
-			Status: o.Status, Error: o.Error}
+			Status: o.Status, Error: o.Error, Code: o.Code}
 	}
 	return json.Marshal(m)
 }
@@ -71,6 +71,7 @@ func randomVersion(r *rand.Rand) *schemas.Version {
 			Status: pick([]string{schemas.StatusApplied, schemas.StatusError})}
 		if o.Status == schemas.StatusError {
 			o.Error = pick(trickyStrings)
+			o.Code = pick([]string{"", "mutator_error", "budget_exceeded"})
 		}
 		v.Mutations = append(v.Mutations, o)
 	}

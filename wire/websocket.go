@@ -124,6 +124,8 @@ type MutationMessage struct {
 	Name        string `json:"name"`
 	Status      string `json:"status"`
 	Error       string `json:"error,omitempty"`
+	// Code is the stable code of Error (status error); see Outcome.Code.
+	Code string `json:"code,omitempty"`
 }
 
 // ResetMessage says the subscription could not resume from From; the

@@ -74,6 +74,12 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 	if schemas.BundleHash(js) != hash {
 		t.Errorf("the deployed build of mutators.ts has hash %s, mutators.js %s: rebuild mutators.js", hash, schemas.BundleHash(js))
 	}
+	// The org's deployments: acme/todo's own, on its partition (the
+	// node serves both).
+	list := run("mutators", "list", "--url", base, "--org", "acme")
+	if !strings.Contains(list, "org acme, partitions 0,1\n") || !regexp.MustCompile(`(?m)^acme/todo +`+hash+` `).MatchString(list) {
+		t.Errorf("mutators list said %q, want acme/todo with %s", list, hash)
+	}
 
 	c := client.New(base, client.WithToken(token))
 	var next uint64
@@ -102,11 +108,11 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 	applied(push("todo.toggle", map[string]any{"id": "milk"}))
 	applied(push("todo.rename", map[string]any{"id": "milk", "title": "buy oat milk", "from": "buy milk"}))
 	stale := push("todo.rename", map[string]any{"id": "milk", "title": "buy soy milk", "from": "buy milk"})
-	if stale.Status != client.Errored || !strings.Contains(stale.Error, `renamed to "buy oat milk" meanwhile`) {
+	if stale.Status != client.Errored || stale.Code != "rename_conflict" || !strings.Contains(stale.Error, `renamed to "buy oat milk" meanwhile`) {
 		t.Fatalf("stale rename: %+v, want an error naming the title that won", stale)
 	}
 	applied(push("todo.move", map[string]any{"id": "bread", "column": "doing", "order": 0.5}))
-	if o := push("todo.create", map[string]any{"id": "milk", "title": "again"}); o.Status != client.Errored || !strings.Contains(o.Error, "exists already") {
+	if o := push("todo.create", map[string]any{"id": "milk", "title": "again"}); o.Status != client.Errored || o.Code != "todo_exists" || !strings.Contains(o.Error, "exists already") {
 		t.Fatalf("create of an existing todo: %+v", o)
 	}
 	applied(push("item.put", map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hi"}}))

@@ -43,6 +43,12 @@ func TestPushWaitsForOutcomes(t *testing.T) {
 	if !strings.Contains(out[2].Error, "nope") {
 		t.Errorf("error outcome %q does not name the item", out[2].Error)
 	}
+	if out[2].Code != "not_found" {
+		t.Errorf("error outcome code %q, want not_found", out[2].Code)
+	}
+	if out[0].Code != "" {
+		t.Errorf("applied outcome has code %q", out[0].Code)
+	}
 
 	// A duplicate and a gap, pushed by hand.
 	push := func(id uint64) client.Outcome {

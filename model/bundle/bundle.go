@@ -308,11 +308,6 @@ type mutationView struct {
 }
 
 func (b *Bundle) run(tx model.Tx, name string, args json.RawMessage) error {
-	m := tx.Mutation()
-	mut, err := json.Marshal(mutationView{m.Org, m.Project, m.Branch, m.ClientGroup, m.Client, m.ID, m.Name})
-	if err != nil {
-		return err
-	}
 	v, err := b.pool.get()
 	if err != nil {
 		return err
@@ -330,13 +325,13 @@ func (b *Bundle) run(tx model.Tx, name string, args json.RawMessage) error {
 		}
 		b.pool.put(v)
 	}()
-	return b.call(v, name, args, string(mut), tx.Now().UnixMilli())
+	return b.call(v, name, args, tx.Now().UnixMilli())
 }
 
-func (b *Bundle) call(v *vm, name string, args json.RawMessage, mut string, now int64) error {
+func (b *Bundle) call(v *vm, name string, args json.RawMessage, now int64) error {
 	v.arm(b.opts)
 	doing := "mutator " + name
-	r, err := v.run.Call(quickjs.UndefinedValue, name, string(args), mut, now)
+	r, err := v.run.Call(quickjs.UndefinedValue, name, string(args), now)
 	if err != nil {
 		return v.budgetErr(err, b.opts, doing)
 	}

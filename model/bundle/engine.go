@@ -170,6 +170,7 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 		"__canon_scalar":     v.hostScalar,
 		"__canon_set_scalar": v.hostSetScalar,
 		"__canon_charge":     v.hostCharge,
+		"__canon_mutation":   v.hostMutation,
 	} {
 		if err := js.RegisterHostFunc(name, fn); err != nil {
 			return nil, fmt.Errorf("start JavaScript engine: %w", err)
@@ -348,6 +349,24 @@ func (v *vm) hostCharge(args []any) (any, error) {
 		return "over", nil
 	}
 	return "", nil
+}
+
+// hostMutation answers tx.mutation's first read: the JSON of the
+// mutation view. It is read only while the mutation's JavaScript runs
+// (its jobs included), when v.tx is set.
+func (v *vm) hostMutation(args []any) (any, error) {
+	if len(args) != 0 {
+		return nil, fmt.Errorf("%d arguments, want 0", len(args))
+	}
+	if v.tx == nil {
+		return nil, errors.New("tx.mutation is read outside a mutation")
+	}
+	m := v.tx.Mutation()
+	b, err := json.Marshal(mutationView{m.Org, m.Project, m.Branch, m.ClientGroup, m.Client, m.ID, m.Name})
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
 }
 
 func (v *vm) hostGet(args []any) (any, error) {

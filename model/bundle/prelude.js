@@ -13,8 +13,9 @@
     scalar: globalThis.__canon_scalar,
     setScalar: globalThis.__canon_set_scalar,
     charge: globalThis.__canon_charge,
+    mutation: globalThis.__canon_mutation,
   };
-  for (const k of ["__canon_get", "__canon_put", "__canon_delete", "__canon_scalar", "__canon_set_scalar", "__canon_charge"]) {
+  for (const k of ["__canon_get", "__canon_put", "__canon_delete", "__canon_scalar", "__canon_set_scalar", "__canon_charge", "__canon_mutation"]) {
     delete globalThis[k];
   }
 
@@ -146,8 +147,54 @@
         throw fail("invalid_args", path + " is " + (typeof v === "undefined" ? "undefined" : "a " + typeof v) + ", which is not JSON");
     }
   }
+  // isJSON is checkJSON's fast path, for the common case of a valid
+  // value: no paths built, no iterators, no guarded built-ins; checkJSON
+  // runs only to say what is wrong.
+  function isJSON(v, stack, depth) {
+    switch (typeof v) {
+      case "string":
+      case "boolean":
+        return true;
+      case "number":
+        return Number.isFinite(v);
+      case "object": {
+        if (v === null) {
+          return true;
+        }
+        for (let i = 0; i < depth; i++) {
+          if (stack[i] === v) {
+            return false;
+          }
+        }
+        stack[depth] = v;
+        if (Array.isArray(v)) {
+          for (let i = 0; i < v.length; i++) {
+            if (!isJSON(v[i], stack, depth + 1)) {
+              return false;
+            }
+          }
+          return true;
+        }
+        const proto = Object.getPrototypeOf(v);
+        if (proto !== Object.prototype && proto !== null) {
+          return false;
+        }
+        const keys = Object.keys(v);
+        for (let i = 0; i < keys.length; i++) {
+          if (!isJSON(v[keys[i]], stack, depth + 1)) {
+            return false;
+          }
+        }
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
   function toJSON(v, path) {
-    checkJSON(v, path, []);
+    if (!isJSON(v, [], 0)) {
+      checkJSON(v, path, []);
+    }
     return JSON.stringify(v);
   }
   function str(v, what) {
@@ -166,64 +213,79 @@
     return r;
   }
 
-  // A tx is made afresh for every mutation: nothing to freeze. It dies
-  // when its mutator returns (or its promise settles): a promise the
-  // mutator left running cannot write after that.
-  function makeTx(mutation, now, state) {
-    const live = () => {
-      if (state.dead) {
-        throw fail("mutator_error", "the tx is used after its mutator returned: await every promise that uses it");
+  // cur is the state of the mutation that runs: an engine instance runs
+  // one at a time. The tx methods are made once and frozen (below), so a
+  // mutation cannot leave anything on them for the next one; a tx is a
+  // fresh object inheriting them. A tx dies when its mutator returns (or
+  // its promise settles): a promise the mutator left running cannot write
+  // after that. The methods do not use this: const { get } = tx works.
+  let cur = { dead: true, now: 0, mutation: undefined };
+  const live = () => {
+    if (cur.dead) {
+      throw fail("mutator_error", "the tx is used after its mutator returned: await every promise that uses it");
+    }
+  };
+  const txMethods = {
+    // mutation is fetched from the host the first time it is read: most
+    // mutators never read it.
+    get mutation() {
+      if (cur.mutation === undefined) {
+        cur.mutation = JSON.parse(host.mutation());
       }
-    };
-    return {
-      mutation: mutation,
-      now() {
-        return now;
-      },
-      get(collection, id) {
-        live();
-        const r = result(host.get(str(collection, "tx.get: collection"), str(id, "tx.get: id")));
-        if (r === "N") {
-          return undefined;
+      return cur.mutation;
+    },
+    now() {
+      return cur.now;
+    },
+    get(collection, id) {
+      live();
+      const r = result(host.get(str(collection, "tx.get: collection"), str(id, "tx.get: id")));
+      if (r === "N") {
+        return undefined;
+      }
+      return JSON.parse(r.slice(1));
+    },
+    has(collection, id) {
+      live();
+      return result(host.get(str(collection, "tx.has: collection"), str(id, "tx.has: id"))) !== "N";
+    },
+    put(collection, id, data, meta) {
+      live();
+      str(collection, "tx.put: collection");
+      str(id, "tx.put: id");
+      const d = toJSON(data, "tx.put " + collection + "/" + id + ": data");
+      let m = "";
+      if (meta !== undefined) {
+        if (meta === null || typeof meta !== "object" || Array.isArray(meta)) {
+          throw fail("invalid_args", "tx.put " + collection + "/" + id + ": meta must be an object, not " + (meta === null ? "null" : Array.isArray(meta) ? "an array" : typeof meta));
         }
-        return JSON.parse(r.slice(1));
-      },
-      has(collection, id) {
-        live();
-        return result(host.get(str(collection, "tx.has: collection"), str(id, "tx.has: id"))) !== "N";
-      },
-      put(collection, id, data, meta) {
-        live();
-        str(collection, "tx.put: collection");
-        str(id, "tx.put: id");
-        const d = toJSON(data, "tx.put " + collection + "/" + id + ": data");
-        let m = "";
-        if (meta !== undefined) {
-          if (meta === null || typeof meta !== "object" || Array.isArray(meta)) {
-            throw fail("invalid_args", "tx.put " + collection + "/" + id + ": meta must be an object, not " + (meta === null ? "null" : Array.isArray(meta) ? "an array" : typeof meta));
-          }
-          m = toJSON(meta, "tx.put " + collection + "/" + id + ": meta");
-        }
-        result(host.put(collection, id, d, m));
-      },
-      delete(collection, id) {
-        live();
-        return result(host.del(str(collection, "tx.delete: collection"), str(id, "tx.delete: id"))) === "T";
-      },
-      scalar(name) {
-        live();
-        const r = result(host.scalar(str(name, "tx.scalar: name")));
-        if (r === "N") {
-          return undefined;
-        }
-        return JSON.parse(r.slice(1));
-      },
-      setScalar(name, value) {
-        live();
-        str(name, "tx.setScalar: name");
-        result(host.setScalar(name, value === null ? "null" : toJSON(value, "tx.setScalar " + name + ": value")));
-      },
-    };
+        m = toJSON(meta, "tx.put " + collection + "/" + id + ": meta");
+      }
+      result(host.put(collection, id, d, m));
+    },
+    delete(collection, id) {
+      live();
+      return result(host.del(str(collection, "tx.delete: collection"), str(id, "tx.delete: id"))) === "T";
+    },
+    scalar(name) {
+      live();
+      const r = result(host.scalar(str(name, "tx.scalar: name")));
+      if (r === "N") {
+        return undefined;
+      }
+      return JSON.parse(r.slice(1));
+    },
+    setScalar(name, value) {
+      live();
+      str(name, "tx.setScalar: name");
+      result(host.setScalar(name, value === null ? "null" : toJSON(value, "tx.setScalar " + name + ": value")));
+    },
+  };
+  // A tx is a fresh object inheriting the frozen members: defining them
+  // as own properties of each tx cost more than the rest of a small
+  // mutator's setup.
+  function makeTx() {
+    return Object.create(txMethods);
   }
 
   // errorOf turns what a mutator threw into "E" + {"code","message"}.
@@ -289,8 +351,9 @@
     return "the bundle exports no mutators: export default an object of mutator name to function (export default { \"todo.create\": (tx, args) => {...} }), or export const mutators = {...}";
   }
 
-  const run = function (name, argsJSON, mutationJSON, now) {
+  const run = function (name, argsJSON, now) {
     state = { done: true, res: "" };
+    cur = { dead: true, now: now, mutation: undefined };
     let fn;
     try {
       const mods = exportsOf(load());
@@ -301,8 +364,9 @@
     if (typeof fn !== "function") {
       return "E" + JSON.stringify({ code: "unknown_mutator", message: "the bundle has no mutator " + name });
     }
-    const txState = { dead: false };
-    const tx = makeTx(JSON.parse(mutationJSON), now, txState);
+    const txState = cur;
+    txState.dead = false;
+    const tx = makeTx();
     const args = argsJSON === "" ? null : JSON.parse(argsJSON);
     let r;
     try {
@@ -354,6 +418,7 @@
     }
   }
   freeze(globalThis);
+  freeze(txMethods);
   freeze(Object.getPrototypeOf(async function () {}));
   freeze(Object.getPrototypeOf(function* () {}));
   freeze(Object.getPrototypeOf(async function* () {}));

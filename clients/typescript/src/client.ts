@@ -767,7 +767,7 @@ export class Canon<M extends Mutators = Mutators> {
         name: x.name,
         status: x.status,
         ...(x.error !== undefined && {error: x.error}),
-        ...('code' in x && typeof x.code === 'string' && {code: x.code}),
+        ...(x.code !== undefined && {code: x.code}),
       })),
       lastIds: (m.lastIds ?? {}) as {[k: string]: number},
     };
@@ -809,7 +809,7 @@ export class Canon<M extends Mutators = Mutators> {
       );
   }
 
-  /** prepare fetches the bodies a version needs (by hash, once) and the codes of our error outcomes. */
+  /** prepare fetches the bodies a version needs (by hash, once); error outcomes carry their code. */
   private async prepare(v: VersionIn): Promise<void> {
     v.bodies = new Map();
     const local = new Layers(this.canon, [this.local]);
@@ -833,23 +833,6 @@ export class Canon<M extends Mutators = Mutators> {
         v.bodies!.set(hash, body);
       }),
     );
-    if (v.mutations.some(m => m.client === this.clientID && m.status === 'error' && m.code === undefined)) {
-      // The websocket's outcomes have no error code: the versions API has it.
-      try {
-        const page = await this.api.versions(v.version, 1);
-        const full = page?.versions[0];
-        if (full && full.version === v.version) {
-          for (const m of v.mutations) {
-            const o = full.mutations?.find(x => x.client === m.client && x.id === m.id);
-            if (o?.code) {
-              m.code = o.code;
-            }
-          }
-        }
-      } catch {
-        // The code stays unknown; the message is there.
-      }
-    }
   }
 
   private remember(hash: string, body: JSONValue): void {

@@ -286,6 +286,27 @@ export type DeployedRecord = {
   offset: number;
 };
 
+export type Deployments = {
+  org: string;
+  /** The partitions this answer covers (those the instance serves) */
+  partitions: number[];
+  /** The org's deploy(s) first, then the projects' own, by project */
+  deployments: Deployment[];
+};
+
+export type Deployment = {
+  scope: "project" | "org";
+  /** The project (scope project) */
+  project?: string;
+  hash: Hash;
+  /** Who deployed it */
+  principal?: string;
+  /** When it was deployed (ms) */
+  deployedAt: number;
+  /** Where the bundle is active */
+  partitions: number[];
+};
+
 export type ActiveBundle = {
   org: string;
   project: string;
@@ -319,6 +340,8 @@ export type PushOutcome = {
   version?: number;
   /** The mutator's message (status error) */
   error?: string;
+  /** The stable code of the error (status error), e.g. mutator_error, unknown_mutator, budget_exceeded or one a mutator threw (docs/mutators.md#error-codes) */
+  code?: string;
   /** Why it was rejected: gap, unauthorized, invalid, … */
   reason?: string;
   message?: string;
@@ -441,6 +464,8 @@ export type WebsocketMutation = {
   status: "applied" | "error";
   /** The mutator's message (status error) */
   error?: string;
+  /** The stable code of the error (status error; docs/mutators.md#error-codes) */
+  code?: string;
 };
 
 /** The subscription cannot resume from `from`: the versions that follow start after head */

@@ -106,6 +106,8 @@ test('a server-side error rolls the optimistic change back', async () => {
   assert.deepEqual(await o, {status: 'error', version: 1, code: 'quota_exceeded', message: 'no more todos'});
   await c.settled();
   assert.deepEqual(views, [0, 1, 0], 'rolled back');
+  // The code came with the version message: nothing else was read for it.
+  assert.deepEqual(s.requests.filter(r => r.includes('/versions')), []);
   c.close();
 });
 

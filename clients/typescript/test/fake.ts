@@ -133,7 +133,7 @@ export class FakeCanon {
     return {
       type: 'version', org: v.org, project: v.project, branch: v.branch, version: v.version, parent: v.parent, ts: v.ts, stateHash: v.stateHash,
       scalars: v.scalars, items: (v.items ?? []).map(i => ({collection: i.collection, id: i.id, op: i.op, ...(i.meta && {meta: i.meta}), ...(i.hash && {hash: i.hash, size: i.size ?? 0})})),
-      mutations: (v.mutations ?? []).map(m => ({clientGroup: m.clientGroup, client: m.client, id: m.id, name: m.name, status: m.status, ...(m.error !== undefined && {error: m.error})})),
+      mutations: (v.mutations ?? []).map(m => ({clientGroup: m.clientGroup, client: m.client, id: m.id, name: m.name, status: m.status, ...(m.error !== undefined && {error: m.error}), ...(m.code !== undefined && {code: m.code})})),
       lastIds: v.lastIds ?? {},
       ...(v.bundle !== undefined && {bundle: v.bundle}),
     };
