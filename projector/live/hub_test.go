@@ -179,6 +179,10 @@ func TestStoreLag(t *testing.T) {
 	vs, resumes := collect(t, srv, bearer(tok), "acme", "lag", 0, total)
 	pushes.Wait()
 	t.Logf("%d resumes after 4008", resumes)
+	// The replica reads the changelog once it is committed; the
+	// sequencer writes its own store, the reference here, just after the
+	// commit, so it can be a few versions behind what was delivered.
+	e.waitHead("acme", "lag", "main", total)
 	checkVersions(t, e.st, "acme", "lag", "main", 0, vs)
 	t.Logf("%v versions from the store, %v live ones ahead filled from the store",
 		testutil.ToFloat64(lagging.m.catchUp), testutil.ToFloat64(lagging.m.storeFills))
