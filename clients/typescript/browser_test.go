@@ -9,98 +9,20 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/readapi"
 )
 
-// tab is one page of the test page (test/browser), with the JavaScript
-// exceptions it threw.
-type tab struct {
-	name     string
-	ctx      context.Context
-	deadline time.Time
-	mu       sync.Mutex
-	errs     []string
-}
-
-func newTab(parent context.Context, name string, deadline time.Time) (*tab, context.CancelFunc) {
-	tb := &tab{name: name, deadline: deadline}
-	ctx, cancel := chromedp.NewContext(parent, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
-			msg := e.ExceptionDetails.Text
-			if e.ExceptionDetails.Exception != nil {
-				msg += " " + e.ExceptionDetails.Exception.Description
-			}
-			tb.mu.Lock()
-			tb.errs = append(tb.errs, msg)
-			tb.mu.Unlock()
-		}
-	}))
-	tb.ctx = ctx
-	return tb, cancel
-}
-
-func (tb *tab) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+// canonEval evaluates an expression of window.canonTest (promises
+// awaited) in a tab and returns its value as JSON text.
+func canonEval(t *testing.T, tb *testenv.Tab, expr string) string {
 	t.Helper()
-	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		tb.mu.Lock()
-		defer tb.mu.Unlock()
-		t.Fatalf("%s: %s: %v (JavaScript exceptions: %v)", tb.name, what, err, tb.errs)
-	}
-}
-
-// eval evaluates an expression of window.canonTest (promises awaited)
-// and returns its value as JSON text.
-func (tb *tab) eval(t *testing.T, expr string) string {
-	t.Helper()
-	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage]("window.canonTest."+expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		tb.mu.Lock()
-		defer tb.mu.Unlock()
-		t.Fatalf("%s: %s: %v (JavaScript exceptions: %v)", tb.name, expr, err, tb.errs)
-	}
-	return string(v)
-}
-
-// until waits (within the test's deadline) for a condition on the page.
-func until(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, t)
-		if err != nil {
-			return fmt.Errorf("wait for %s: %w", expr, err)
-		}
-		return nil
-	})
-}
-
-type networkConditions struct {
-	Offline            bool    `json:"offline"`
-	Latency            float64 `json:"latency"`
-	DownloadThroughput float64 `json:"downloadThroughput"`
-	UploadThroughput   float64 `json:"uploadThroughput"`
-}
-
-// offline takes the tab off the network (or back) with DevTools' network
-// emulation, as a user's lost connection: requests and sockets fail and
-// the page gets its offline event.
-func offline(off bool) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-		cmd := cdp.Command[networkConditions, cdp.Empty]{Method: "Network.emulateNetworkConditions"}
-		_, err := chromedp.Call(ctx, cmd, networkConditions{Offline: off, DownloadThroughput: -1, UploadThroughput: -1})
-		return err
-	})
+	return string(tb.Eval(t, "window.canonTest."+expr))
 }
 
 // Two tabs of one browser run the client on one project of a real Canon
@@ -127,66 +49,66 @@ func TestBrowserTabs(t *testing.T) {
 	defer cancelAlloc()
 	// The first run on a tab's own context opens it for the test's life
 	// (a run on a context with a deadline would close it with that).
-	a, cancelA := newTab(alloc, "tab A", deadline)
+	a, cancelA := testenv.NewTab(alloc, "tab A", deadline)
 	defer cancelA()
-	if err := chromedp.Do(a.ctx); err != nil {
+	if err := chromedp.Do(a.Context()); err != nil {
 		t.Fatalf("open the browser: %v", err)
 	}
-	b, cancelB := newTab(a.ctx, "tab B", deadline)
+	b, cancelB := testenv.NewTab(a.Context(), "tab B", deadline)
 	defer cancelB()
-	if err := chromedp.Do(b.ctx); err != nil {
+	if err := chromedp.Do(b.Context()); err != nil {
 		t.Fatalf("open tab B: %v", err)
 	}
 	page := s.URL + "/client-test/index.html"
 	start := fmt.Sprintf("start(%q, %q, %q)", s.URL, tok, "tabs")
-	for _, tb := range []*tab{a, b} {
-		tb.do(t, "open", chromedp.Navigate(page), until(`window.canonTest !== undefined`))
+	for _, tb := range []*testenv.Tab{a, b} {
+		tb.Do(t, "open", chromedp.Navigate(page), testenv.Until(`window.canonTest !== undefined`))
 	}
-	clientA, clientB := a.eval(t, start), b.eval(t, start)
+	clientA, clientB := canonEval(t, a, start), canonEval(t, b, start)
 	if clientA == clientB {
 		t.Fatalf("both tabs are client %s: each needs its own", clientA)
 	}
-	a.do(t, "online", until(`window.canonTest.status() === "online"`))
-	b.do(t, "online", until(`window.canonTest.status() === "online"`))
-	if o := a.eval(t, `put("notes", "shared", {text: ""})`); !bytes.Contains([]byte(o), []byte(`applied`)) {
+	a.Do(t, "online", testenv.Until(`window.canonTest.status() === "online"`))
+	b.Do(t, "online", testenv.Until(`window.canonTest.status() === "online"`))
+	if o := canonEval(t, a, `put("notes", "shared", {text: ""})`); !bytes.Contains([]byte(o), []byte(`applied`)) {
 		t.Fatalf("seed: %s", o)
 	}
 	converged := func(what string) {
 		t.Helper()
-		for _, tb := range []*tab{a, b} {
-			tb.do(t, what, until(`window.canonTest.pending() === 0`))
+		for _, tb := range []*testenv.Tab{a, b} {
+			tb.Do(t, what, testenv.Until(`window.canonTest.pending() === 0`))
 		}
 		want := canonView(t, s, "tabs")
 		var head struct{ Version int }
 		if err := json.Unmarshal(want, &head); err != nil {
 			t.Fatal(err)
 		}
-		for _, tb := range []*tab{a, b} {
-			tb.do(t, what, until(`window.canonTest.version() >= `+strconv.Itoa(head.Version)))
+		for _, tb := range []*testenv.Tab{a, b} {
+			tb.Do(t, what, testenv.Until(`window.canonTest.version() >= `+strconv.Itoa(head.Version)))
 			var v string
-			if err := json.Unmarshal([]byte(tb.eval(t, "view()")), &v); err != nil {
+			if err := json.Unmarshal([]byte(canonEval(t, tb, "view()")), &v); err != nil {
 				t.Fatal(err)
 			}
 			if got := normalize(t, []byte(v)); !bytes.Equal(got, want) {
-				t.Fatalf("%s: %s: the tab's view\n %s\nCanon's\n %s", what, tb.name, got, want)
+				t.Fatalf("%s: %s: the tab's view\n %s\nCanon's\n %s", what, tb.Name, got, want)
 			}
 			// The React view (useQuery) shows the same.
-			tb.do(t, what+": React view", until(`window.canonTest.rendered() === window.canonTest.expected()`))
+			tb.Do(t, what+": React view", testenv.Until(`window.canonTest.rendered() === window.canonTest.expected()`))
 		}
 	}
 
-	t.Logf("tab A: mutate -> subscriber %s ms (median of 500)", a.eval(t, "localLatency(500)"))
+	t.Logf("tab A: mutate -> subscriber %s ms (median of 500)", canonEval(t, a, "localLatency(500)"))
 
 	// Edit in A -> seen by B's subscriber, 200 times, one at a time.
-	b.eval(t, "watch()")
+	canonEval(t, b, "watch()")
 	var lat []float64
 	for i := range 200 {
 		var t0, t1 float64
-		if err := json.Unmarshal([]byte(a.eval(t, fmt.Sprintf("edit(%d)", i))), &t0); err != nil {
+		if err := json.Unmarshal([]byte(canonEval(t, a, fmt.Sprintf("edit(%d)", i))), &t0); err != nil {
 			t.Fatal(err)
 		}
-		b.do(t, "see the edit", until(fmt.Sprintf("window.canonTest.seenAt(%d) > 0", i)))
-		if err := json.Unmarshal([]byte(b.eval(t, fmt.Sprintf("seenAt(%d)", i))), &t1); err != nil {
+		b.Do(t, "see the edit", testenv.Until(fmt.Sprintf("window.canonTest.seenAt(%d) > 0", i)))
+		if err := json.Unmarshal([]byte(canonEval(t, b, fmt.Sprintf("seenAt(%d)", i))), &t1); err != nil {
 			t.Fatal(err)
 		}
 		lat = append(lat, t1-t0)
@@ -195,23 +117,23 @@ func TestBrowserTabs(t *testing.T) {
 	t.Logf("edit in tab A -> tab B's subscriber, 200 edits: p50 %.1f ms, p99 %.1f ms, max %.1f ms", lat[100], lat[198], lat[199])
 
 	// Concurrent edits: 100 mutations each, at once.
-	a.eval(t, `edits("a", 50)`)
-	b.eval(t, `edits("b", 50)`)
+	canonEval(t, a, `edits("a", 50)`)
+	canonEval(t, b, `edits("b", 50)`)
 	converged("concurrent edits")
 
 	// A goes offline and makes 500 edits (1,000 mutations); B makes 100
 	// meanwhile, whose versions A rebases its 1,000 pending ones on.
-	a.do(t, "go offline", offline(true), until(`window.canonTest.status() === "offline"`))
-	if n := a.eval(t, `edits("o", 500)`); n != "1000" {
+	a.Do(t, "go offline", testenv.Offline(true), testenv.Until(`window.canonTest.status() === "offline"`))
+	if n := canonEval(t, a, `edits("o", 500)`); n != "1000" {
 		t.Fatalf("pending offline: %s", n)
 	}
-	t.Logf("tab A offline: rebase of its 1,000 pending mutations %s ms (median of 7)", a.eval(t, "rebaseTime()"))
-	b.eval(t, `edits("p", 50)`)
-	b.do(t, "B's edits", until(`window.canonTest.pending() === 0`))
-	if p := a.eval(t, "pending()"); p != "1000" {
+	t.Logf("tab A offline: rebase of its 1,000 pending mutations %s ms (median of 7)", canonEval(t, a, "rebaseTime()"))
+	canonEval(t, b, `edits("p", 50)`)
+	b.Do(t, "B's edits", testenv.Until(`window.canonTest.pending() === 0`))
+	if p := canonEval(t, a, "pending()"); p != "1000" {
 		t.Fatalf("A pushed while offline: %s pending", p)
 	}
-	a.do(t, "back online", offline(false))
+	a.Do(t, "back online", testenv.Offline(false))
 	converged("after offline edits")
 
 	// Canon refuses note.bump (it does not know it): the change goes.
@@ -220,7 +142,7 @@ func TestBrowserTabs(t *testing.T) {
 		O             struct{ Status, Code string }
 	}
 	var rbText string
-	if err := json.Unmarshal([]byte(a.eval(t, "rollback()")), &rbText); err != nil {
+	if err := json.Unmarshal([]byte(canonEval(t, a, "rollback()")), &rbText); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal([]byte(rbText), &rb); err != nil || !rb.Before || rb.After || rb.O.Status != "error" || rb.O.Code != "unknown_mutator" {
@@ -230,13 +152,13 @@ func TestBrowserTabs(t *testing.T) {
 	// A reloads in the middle of pushing 100 mutations (50 edits): once
 	// the first of their outcomes is in (the client pushes a mutation
 	// only once IndexedDB holds it).
-	before := a.eval(t, "outcomes()")
-	a.eval(t, `edits("r", 50)`)
-	a.do(t, "reload", until(`window.canonTest.outcomes() > `+before), chromedp.Reload(), until(`window.canonTest !== undefined`))
-	if again := a.eval(t, start); again != clientA {
+	before := canonEval(t, a, "outcomes()")
+	canonEval(t, a, `edits("r", 50)`)
+	a.Do(t, "reload", testenv.Until(`window.canonTest.outcomes() > `+before), chromedp.Reload(), testenv.Until(`window.canonTest !== undefined`))
+	if again := canonEval(t, a, start); again != clientA {
 		t.Fatalf("after the reload tab A is client %s, not %s", again, clientA)
 	}
-	t.Logf("tab A reloaded with %s of its 100 mutations pending", a.eval(t, "pending()"))
+	t.Logf("tab A reloaded with %s of its 100 mutations pending", canonEval(t, a, "pending()"))
 	converged("after the reload")
 	var cl readapi.ClientResponse
 	var id string

@@ -12,12 +12,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/canon-sync/canon/internal/canontest"
@@ -32,92 +29,22 @@ var (
 	devStarted = regexp.MustCompile(`msg="canon dev started".* http=(\S+)`)
 )
 
-// page is one tab of the app, with the JavaScript exceptions it threw.
-type page struct {
-	name     string
-	ctx      context.Context
-	deadline time.Time
-	mu       sync.Mutex
-	errs     []string
-}
-
-func newPage(parent context.Context, name string, deadline time.Time) (*page, context.CancelFunc) {
-	p := &page{name: name, deadline: deadline}
-	ctx, cancel := chromedp.NewContext(parent, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
-			msg := e.ExceptionDetails.Text
-			if e.ExceptionDetails.Exception != nil {
-				msg += " " + e.ExceptionDetails.Exception.Description
-			}
-			p.mu.Lock()
-			p.errs = append(p.errs, msg)
-			p.mu.Unlock()
-		}
-	}))
-	p.ctx = ctx
-	return p, cancel
-}
-
-func (p *page) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+// eval evaluates a JavaScript expression in a tab (promises awaited)
+// into v (nil: the value is not wanted).
+func eval(t *testing.T, p *testenv.Tab, expr string, v any) {
 	t.Helper()
-	ctx, cancel := context.WithDeadline(p.ctx, p.deadline)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		t.Fatalf("%s: %s: %v (JavaScript exceptions: %v)", p.name, what, err, p.errs)
-	}
-}
-
-// eval evaluates a JavaScript expression on the page (promises awaited)
-// into v.
-func (p *page) eval(t *testing.T, expr string, v any) {
-	t.Helper()
-	ctx, cancel := context.WithDeadline(p.ctx, p.deadline)
-	defer cancel()
-	raw, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](expr, chromedp.EvalAwaitPromise))
-	if err == nil && v != nil {
-		err = json.Unmarshal(raw, v)
-	}
-	if err != nil {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		t.Fatalf("%s: %s: %v (JavaScript exceptions: %v)", p.name, expr, err, p.errs)
-	}
-}
-
-// until waits (within the test's deadline) for a condition on the page.
-func until(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, t)
-		if err != nil {
-			return fmt.Errorf("wait for %s: %w", expr, err)
+	raw := p.Eval(t, expr)
+	if v != nil {
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatalf("%s: %s: %v", p.Name, expr, err)
 		}
-		return nil
-	})
-}
-
-type networkConditions struct {
-	Offline            bool    `json:"offline"`
-	Latency            float64 `json:"latency"`
-	DownloadThroughput float64 `json:"downloadThroughput"`
-	UploadThroughput   float64 `json:"uploadThroughput"`
-}
-
-// offline takes the tab off the network (or back) with DevTools' network
-// emulation, as a lost connection.
-func offline(off bool) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-		cmd := cdp.Command[networkConditions, cdp.Empty]{Method: "Network.emulateNetworkConditions"}
-		_, err := chromedp.Call(ctx, cmd, networkConditions{Offline: off, DownloadThroughput: -1, UploadThroughput: -1})
-		return err
-	})
+	}
 }
 
 // click clicks an element of the page, as a user.
-func click(t *testing.T, p *page, sel string) {
+func click(t *testing.T, p *testenv.Tab, sel string) {
 	t.Helper()
-	p.eval(t, fmt.Sprintf(`document.querySelector(%q).click()`, sel), nil)
+	eval(t, p, fmt.Sprintf(`document.querySelector(%q).click()`, sel), nil)
 }
 
 // board is what a tab shows: id -> "title|done|column", from the DOM.
@@ -170,24 +97,24 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
 	defer cancelAlloc()
-	a, cancelA := newPage(alloc, "tab A", deadline)
+	a, cancelA := testenv.NewTab(alloc, "tab A", deadline)
 	defer cancelA()
-	if err := chromedp.Do(a.ctx); err != nil {
+	if err := chromedp.Do(a.Context()); err != nil {
 		t.Fatalf("open the browser: %v", err)
 	}
-	b, cancelB := newPage(a.ctx, "tab B", deadline)
+	b, cancelB := testenv.NewTab(a.Context(), "tab B", deadline)
 	defer cancelB()
-	if err := chromedp.Do(b.ctx); err != nil {
+	if err := chromedp.Do(b.Context()); err != nil {
 		t.Fatalf("open tab B: %v", err)
 	}
-	tabs := []*page{a, b}
+	tabs := []*testenv.Tab{a, b}
 	for _, tb := range tabs {
-		tb.do(t, "open the app", chromedp.Navigate(appURL+"#token="+token),
-			until(`document.querySelector('#status').textContent === 'online'`))
+		tb.Do(t, "open the app", chromedp.Navigate(appURL+"#token="+token),
+			testenv.Until(`document.querySelector('#status').textContent === 'online'`))
 	}
 	var clients [2]string
 	for i, tb := range tabs {
-		tb.eval(t, `window.todoApp.canon.ready.then(() => window.todoApp.canon.clientID)`, &clients[i])
+		eval(t, tb, `window.todoApp.canon.ready.then(() => window.todoApp.canon.clientID)`, &clients[i])
 	}
 	if clients[0] == clients[1] {
 		t.Fatalf("both tabs are client %s", clients[0])
@@ -195,10 +122,10 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 
 	// create submits the form and returns the board right after, in the
 	// same task: the new todo is there before Canon has seen it.
-	create := func(tb *page, title string) map[string]string {
+	create := func(tb *testenv.Tab, title string) map[string]string {
 		t.Helper()
 		var bd map[string]string
-		tb.eval(t, fmt.Sprintf(`(() => { document.querySelector('#title').value = %q;
+		eval(t, tb, fmt.Sprintf(`(() => { document.querySelector('#title').value = %q;
 			document.querySelector('#new').requestSubmit(); return %s; })()`, title, board), &bd)
 		return bd
 	}
@@ -212,24 +139,24 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	if id == "" {
 		t.Fatalf("tab A's board right after the submit: %v, want the new todo on it", bd)
 	}
-	b.do(t, "see A's todo", until(fmt.Sprintf(`document.querySelector('li[data-id=%q] input.title')?.value === 'buy milk'`, id)))
+	b.Do(t, "see A's todo", testenv.Until(fmt.Sprintf(`document.querySelector('li[data-id=%q] input.title')?.value === 'buy milk'`, id)))
 	click(t, b, fmt.Sprintf(`li[data-id=%q] input.done`, id))
-	a.do(t, "see B's toggle", until(fmt.Sprintf(`document.querySelector('li[data-id=%q] input.done').checked`, id)))
+	a.Do(t, "see B's toggle", testenv.Until(fmt.Sprintf(`document.querySelector('li[data-id=%q] input.done').checked`, id)))
 
 	// converged: no pending mutation in either tab, and both show
 	// Canon's todos.
 	converged := func(what string) map[string]string {
 		t.Helper()
 		for _, tb := range tabs {
-			tb.do(t, what, until(`window.todoApp.canon.pendingCount === 0`))
+			tb.Do(t, what, testenv.Until(`window.todoApp.canon.pendingCount === 0`))
 		}
 		want := canonBoard(t, base, token)
 		for _, tb := range tabs {
-			tb.do(t, what, until(fmt.Sprintf(`window.todoApp.canon.version >= %d`, want.version)))
+			tb.Do(t, what, testenv.Until(fmt.Sprintf(`window.todoApp.canon.version >= %d`, want.version)))
 			var got map[string]string
-			tb.eval(t, board, &got)
+			eval(t, tb, board, &got)
 			if fmt.Sprint(got) != fmt.Sprint(want.todos) {
-				t.Fatalf("%s: %s shows\n %v\nCanon has\n %v", what, tb.name, got, want.todos)
+				t.Fatalf("%s: %s shows\n %v\nCanon has\n %v", what, tb.Name, got, want.todos)
 			}
 		}
 		return want.todos
@@ -249,31 +176,31 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	// A renames it too, online, and Canon applies A's first. B's, pushed
 	// when it is back, was made from a title that is no longer the todo's:
 	// todo.rename refuses it (rename_conflict), and B shows A's title.
-	b.do(t, "go offline", offline(true), until(`document.querySelector('#status').textContent === 'offline'`))
-	rename := func(tb *page, title string) {
+	b.Do(t, "go offline", testenv.Offline(true), testenv.Until(`document.querySelector('#status').textContent === 'offline'`))
+	rename := func(tb *testenv.Tab, title string) {
 		t.Helper()
 		var shown string
-		tb.eval(t, fmt.Sprintf(`(() => { const el = document.querySelector('li[data-id=%q] input.title');
+		eval(t, tb, fmt.Sprintf(`(() => { const el = document.querySelector('li[data-id=%q] input.title');
 			el.focus(); el.value = %q; el.dispatchEvent(new Event('change')); el.blur(); return el.value; })()`, id, title), &shown)
 		if shown != title {
-			t.Fatalf("%s: the title after the rename is %q", tb.name, shown)
+			t.Fatalf("%s: the title after the rename is %q", tb.Name, shown)
 		}
 	}
 	rename(b, "buy oat milk")
 	rename(a, "buy soy milk")
-	a.do(t, "A's rename applied", until(fmt.Sprintf(`window.todoApp.outcomes.includes('todo.rename %s: applied')`, id)))
+	a.Do(t, "A's rename applied", testenv.Until(fmt.Sprintf(`window.todoApp.outcomes.includes('todo.rename %s: applied')`, id)))
 	var offlineTitle string
-	b.eval(t, fmt.Sprintf(`document.querySelector('li[data-id=%q] input.title').value`, id), &offlineTitle)
+	eval(t, b, fmt.Sprintf(`document.querySelector('li[data-id=%q] input.title').value`, id), &offlineTitle)
 	if offlineTitle != "buy oat milk" {
 		t.Fatalf("tab B offline shows %q, want its own rename", offlineTitle)
 	}
-	b.do(t, "back online", offline(false),
-		until(fmt.Sprintf(`window.todoApp.outcomes.includes('todo.rename %s: error rename_conflict')`, id)))
+	b.Do(t, "back online", testenv.Offline(false),
+		testenv.Until(fmt.Sprintf(`window.todoApp.outcomes.includes('todo.rename %s: error rename_conflict')`, id)))
 	if got := converged("rename conflict"); got[id] != "buy soy milk|true|doing" {
 		t.Fatalf("after the rename conflict the todo is %q, want A's title", got[id])
 	}
 	var logged string
-	b.eval(t, `[...document.querySelectorAll('#log li.error')].map(li => li.textContent).join('\n')`, &logged)
+	eval(t, b, `[...document.querySelectorAll('#log li.error')].map(li => li.textContent).join('\n')`, &logged)
 	if !strings.Contains(logged, `rename_conflict: todo `+id+` was renamed to "buy soy milk" meanwhile`) {
 		t.Fatalf("tab B's log does not show the conflict with the title that won:\n%s", logged)
 	}
@@ -283,23 +210,23 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	// both tabs report the mismatch.
 	for _, tb := range tabs {
 		var problems []string
-		tb.eval(t, `window.todoApp.problems`, &problems)
+		eval(t, tb, `window.todoApp.problems`, &problems)
 		if len(problems) != 0 {
-			t.Fatalf("%s reports %v with the deployed bundle", tb.name, problems)
+			t.Fatalf("%s reports %v with the deployed bundle", tb.Name, problems)
 		}
 	}
 	other := append(append([]byte{}, js...), "\n// another build\n"...)
 	deploy(t, base, token, other)
 	create(a, "after the deploy")
 	for _, tb := range tabs {
-		tb.do(t, "report the mismatch", until(`window.todoApp.problems.some(p => p.startsWith('bundle_mismatch: Canon decides dev/todo with mutator bundle `+schemas.BundleHash(other)[:12]+`'))`))
+		tb.Do(t, "report the mismatch", testenv.Until(`window.todoApp.problems.some(p => p.startsWith('bundle_mismatch: Canon decides dev/todo with mutator bundle `+schemas.BundleHash(other)[:12]+`'))`))
 	}
 	converged("after the deploy")
 
 	// Edit in A -> on B's board, 100 times, one at a time: the time from
 	// A's submit to B's DOM holding the todo (both clocks are the
 	// browser's).
-	b.eval(t, `(() => { window.seen = {}; new MutationObserver(() => {
+	eval(t, b, `(() => { window.seen = {}; new MutationObserver(() => {
 		for (const el of document.querySelectorAll('#board input.title')) {
 			if (el.value.startsWith('lat ') && !(el.value in window.seen)) window.seen[el.value] = performance.timeOrigin + performance.now();
 		}
@@ -307,20 +234,18 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	var lat []float64
 	for i := range 100 {
 		var t0, t1 float64
-		a.eval(t, fmt.Sprintf(`(() => { const t = performance.timeOrigin + performance.now();
+		eval(t, a, fmt.Sprintf(`(() => { const t = performance.timeOrigin + performance.now();
 			document.querySelector('#title').value = 'lat %d'; document.querySelector('#new').requestSubmit(); return t; })()`, i), &t0)
-		b.do(t, "see the edit", until(fmt.Sprintf(`window.seen['lat %d'] > 0`, i)))
-		b.eval(t, fmt.Sprintf(`window.seen['lat %d']`, i), &t1)
+		b.Do(t, "see the edit", testenv.Until(fmt.Sprintf(`window.seen['lat %d'] > 0`, i)))
+		eval(t, b, fmt.Sprintf(`window.seen['lat %d']`, i), &t1)
 		lat = append(lat, t1-t0)
 	}
 	slices.Sort(lat)
 	t.Logf("edit in tab A -> on tab B's board (canon dev, real Kafka), 100 edits: p50 %.1f ms, p99 %.1f ms, max %.1f ms", lat[50], lat[98], lat[99])
 	for _, tb := range tabs {
-		tb.mu.Lock()
-		if len(tb.errs) > 0 {
-			t.Errorf("%s threw %v", tb.name, tb.errs)
+		if errs := tb.Exceptions(); len(errs) > 0 {
+			t.Errorf("%s threw %v", tb.Name, errs)
 		}
-		tb.mu.Unlock()
 	}
 }
 
