@@ -51,14 +51,10 @@ func TestBrowserTabs(t *testing.T) {
 	// (a run on a context with a deadline would close it with that).
 	a, cancelA := testenv.NewTab(alloc, "tab A", deadline)
 	defer cancelA()
-	if err := chromedp.Do(a.Context()); err != nil {
-		t.Fatalf("open the browser: %v", err)
-	}
+	a.Start(t)
 	b, cancelB := testenv.NewTab(a.Context(), "tab B", deadline)
 	defer cancelB()
-	if err := chromedp.Do(b.Context()); err != nil {
-		t.Fatalf("open tab B: %v", err)
-	}
+	b.Start(t)
 	page := s.URL + "/client-test/index.html"
 	start := fmt.Sprintf("start(%q, %q, %q)", s.URL, tok, "tabs")
 	for _, tb := range []*testenv.Tab{a, b} {

@@ -99,14 +99,10 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	defer cancelAlloc()
 	a, cancelA := testenv.NewTab(alloc, "tab A", deadline)
 	defer cancelA()
-	if err := chromedp.Do(a.Context()); err != nil {
-		t.Fatalf("open the browser: %v", err)
-	}
+	a.Start(t)
 	b, cancelB := testenv.NewTab(a.Context(), "tab B", deadline)
 	defer cancelB()
-	if err := chromedp.Do(b.Context()); err != nil {
-		t.Fatalf("open tab B: %v", err)
-	}
+	b.Start(t)
 	tabs := []*testenv.Tab{a, b}
 	for _, tb := range tabs {
 		tb.Do(t, "open the app", chromedp.Navigate(appURL+"#token="+token),

@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/canon-sync/canon/internal/httpapi"
@@ -96,82 +92,15 @@ func push(t *testing.T, base, token, project, group string, muts ...map[string]a
 	return out.Outcomes
 }
 
-// tab is one browser page, with the JavaScript exceptions it threw.
-type tab struct {
-	name string
-	// ctx is the tab's: it lives until the test ends, so that a failed
-	// test still gets its screenshots. Steps run until deadline.
-	ctx      context.Context
-	deadline time.Time
-	mu       sync.Mutex
-	errs     []string
-}
-
-func newTab(parent context.Context, name string, deadline time.Time) (*tab, context.CancelFunc) {
-	tb := &tab{name: name, deadline: deadline}
-	ctx, cancel := chromedp.NewContext(parent, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
-			d := e.ExceptionDetails
-			msg := d.Text
-			if d.Exception != nil {
-				msg += " " + d.Exception.Description
-			}
-			tb.mu.Lock()
-			tb.errs = append(tb.errs, fmt.Sprintf("%s (%s:%d:%d)", msg, d.URL, d.LineNumber+1, d.ColumnNumber+1))
-			tb.mu.Unlock()
-		}
-	}))
-	tb.ctx = ctx
-	return tb, cancel
-}
-
-func (tb *tab) exceptions() []string {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	return append([]string(nil), tb.errs...)
-}
-
-// start opens the tab (the browser with the first one). The first run on
-// a context sets the tab's life: that of its context, not a step's.
-func (tb *tab) start(t *testing.T) {
+// eval evaluates a JavaScript expression in a tab, awaiting a promise,
+// for its string value.
+func eval(t *testing.T, tb *testenv.Tab, expr string) string {
 	t.Helper()
-	if err := chromedp.Do(tb.ctx); err != nil {
-		t.Fatalf("%s: open: %v", tb.name, err)
-	}
-}
-
-// run runs actions in the tab, failing the test with what it was doing.
-func (tb *tab) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		t.Fatalf("%s: %s: %v (JavaScript exceptions: %v)", tb.name, what, err, tb.exceptions())
-	}
-}
-
-// eval evaluates a JavaScript expression in the tab.
-func (tb *tab) eval(t *testing.T, expr string) string {
-	t.Helper()
-	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-	if err != nil {
-		t.Fatalf("%s: evaluate %s: %v", tb.name, expr, err)
+	var v string
+	if err := json.Unmarshal(tb.Eval(t, expr), &v); err != nil {
+		t.Fatalf("%s: evaluate %s: %v", tb.Name, expr, err)
 	}
 	return v
-}
-
-// until waits, without a time limit of its own (the test's context has
-// one), for a JavaScript condition to hold in the page.
-func until(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, t)
-		if err != nil {
-			return fmt.Errorf("wait for %s: %w", expr, err)
-		}
-		return nil
-	})
 }
 
 // textHas is a condition: the element's text contains s.
@@ -204,22 +133,6 @@ func choose(selector, value string) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// shot saves a screenshot of the whole page as dir/name.png.
-func (tb *tab) shot(t *testing.T, dir, name string) {
-	t.Helper()
-	// Past the deadline too: the screenshot of a failure is the point.
-	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Errorf("%s: screenshot %s: %v", tb.name, name, err)
-		return
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-		t.Error(err)
-	}
-}
-
 // Two pages on one project in headless Chromium: an edit in one appears
 // in the other, both see the timeline with every outcome (applied, error,
 // a gap's rejection), a past version reads as it was and a branch starts
@@ -248,75 +161,75 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 	defer cancelAlloc()
 	// Two tabs of one browser: one local storage (the token, the client
 	// group), a session storage and so a client id each.
-	a, cancelA := newTab(alloc, "page A", deadline)
+	a, cancelA := testenv.NewTab(alloc, "page A", deadline)
 	defer cancelA()
-	a.start(t)
-	b, cancelB := newTab(a.ctx, "page B", deadline)
+	a.Start(t)
+	b, cancelB := testenv.NewTab(a.Context(), "page B", deadline)
 	defer cancelB()
-	b.start(t)
+	b.Start(t)
 	defer func() {
 		if t.Failed() {
-			a.shot(t, artifacts, "failed-a")
-			b.shot(t, artifacts, "failed-b")
+			a.Screenshot(t, artifacts, "failed-a")
+			b.Screenshot(t, artifacts, "failed-b")
 			t.Logf("screenshots in %s", artifacts)
 		}
 	}()
 
 	// A signs in with the token in the fragment and opens the project
 	// from the list; B opens it by its address.
-	a.run(t, "list the projects",
+	a.Do(t, "list the projects",
 		chromedp.Navigate(base+"/ui/#token="+token),
 		visible(`a[data-project="web"]`),
-		until(`!location.hash.includes("token")`))
-	a.shot(t, artifacts, "1-projects")
-	a.run(t, "open the project",
+		testenv.Until(`!location.hash.includes("token")`))
+	a.Screenshot(t, artifacts, "1-projects")
+	a.Do(t, "open the project",
 		click(`a[data-project="web"]`),
 		visible(`#status[data-state="live"]`),
-		until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
-	b.run(t, "open the project",
+		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
+	b.Do(t, "open the project",
 		chromedp.Navigate(base+"/ui/#/p/acme/web"),
 		visible(`#status[data-state="live"]`),
-		until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
-	clientA := a.eval(t, `sessionStorage.getItem("canon.client") ?? ""`)
-	clientB := b.eval(t, `sessionStorage.getItem("canon.client") ?? ""`)
+		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
+	clientA := eval(t, a, `sessionStorage.getItem("canon.client") ?? ""`)
+	clientB := eval(t, b, `sessionStorage.getItem("canon.client") ?? ""`)
 	if clientA == "" || clientA == clientB {
 		t.Fatalf("the pages push as clients %q and %q: each needs its own", clientA, clientB)
 	}
 
 	// A edits n1; B sees the new body.
-	a.run(t, "open n1",
+	a.Do(t, "open n1",
 		click(`tr[data-item="notes/n1"] a`),
 		visible(`#editor`),
-		until(textHas(`#diff`, `"text": "hello"`)),
+		testenv.Until(textHas(`#diff`, `"text": "hello"`)),
 		setValue(`#editor`, `{"text": "hello from A"}`))
 	saved := time.Now()
-	a.run(t, "save n1", click(`#save`))
-	b.run(t, "see A's edit", until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello from A"`)))
+	a.Do(t, "save n1", click(`#save`))
+	b.Do(t, "see A's edit", testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello from A"`)))
 	t.Logf("page B showed page A's edit %v after the click on Save (polled every 50ms)", time.Since(saved).Round(time.Millisecond))
-	a.run(t, "see the edit applied", visible(`#outcomes li[data-id="1"][data-status="applied"]`))
-	a.shot(t, artifacts, "2-a-edited")
-	b.run(t, "see A's edit in the timeline", until(textHas(`#timeline li[data-version="2"]`, clientA)))
-	b.shot(t, artifacts, "3-b-sees-edit")
+	a.Do(t, "see the edit applied", visible(`#outcomes li[data-id="1"][data-status="applied"]`))
+	a.Screenshot(t, artifacts, "2-a-edited")
+	b.Do(t, "see A's edit in the timeline", testenv.Until(textHas(`#timeline li[data-version="2"]`, clientA)))
+	b.Screenshot(t, artifacts, "3-b-sees-edit")
 
 	// B adds n2; A, on n1's page, sees it in the timeline, then in the list.
-	b.run(t, "add n2",
+	b.Do(t, "add n2",
 		setValue(`#new-id`, "n2"),
 		setValue(`#new-data`, `{"text": "from B"}`),
 		click(`#new-put`),
 		visible(`#outcomes li[data-id="1"][data-status="applied"]`),
 		visible(`tr[data-item="notes/n2"]`))
-	a.run(t, "see B's item",
-		until(textHas(`#timeline li[data-version="3"]`, "notes/n2")),
+	a.Do(t, "see B's item",
+		testenv.Until(textHas(`#timeline li[data-version="3"]`, "notes/n2")),
 		click(`#crumbs a:nth-of-type(2)`),
-		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
+		testenv.Until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
 
 	// A names the project (a scalar); B sees the name.
-	a.run(t, "set the project's name",
+	a.Do(t, "set the project's name",
 		setValue(`#scalar-name`, "name"),
 		setValue(`#scalar-value`, `"Web site"`),
 		click(`#scalar-set`),
 		visible(`#outcomes li[data-id="2"][data-status="applied"]`))
-	b.run(t, "see the name", until(textHas(`dl.scalars`, `"Web site"`)))
+	b.Do(t, "see the name", testenv.Until(textHas(`dl.scalars`, `"Web site"`)))
 
 	// Outcomes other than applied, pushed by another client: an error
 	// (recorded in a version) and a gap (rejected, no version).
@@ -328,58 +241,58 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		"args": map[string]any{"collection": "notes", "id": "n5", "data": 5}}); o[0].Status != "rejected" || o[0].Reason != "gap" {
 		t.Fatalf("a gap: %+v", o)
 	}
-	for _, p := range []*tab{a, b} {
-		p.run(t, "see the error and the gap",
-			until(textHas(`#timeline li[data-version="5"] li.mutation[data-status="error"]`, "does not exist")),
-			until(textHas(`#timeline li.rejected[data-reason="gap"][data-client="bot"]`, "expected #2")))
+	for _, p := range []*testenv.Tab{a, b} {
+		p.Do(t, "see the error and the gap",
+			testenv.Until(textHas(`#timeline li[data-version="5"] li.mutation[data-status="error"]`, "does not exist")),
+			testenv.Until(textHas(`#timeline li.rejected[data-reason="gap"][data-client="bot"]`, "expected #2")))
 	}
-	b.shot(t, artifacts, "4-b-outcomes")
+	b.Screenshot(t, artifacts, "4-b-outcomes")
 
 	// B opens version 1 from the timeline: n1 as it was, no n2.
-	b.run(t, "open version 1",
+	b.Do(t, "open version 1",
 		click(`#timeline li[data-version="1"] > a`),
 		visible(`#past[data-at="1"]`),
-		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
-		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
-	b.shot(t, artifacts, "5-b-version-1")
+		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
+		testenv.Until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
+	b.Screenshot(t, artifacts, "5-b-version-1")
 	// … and starts a branch there: its version 1 is main's version 1.
-	b.run(t, "start a branch from version 1",
+	b.Do(t, "start a branch from version 1",
 		setValue(`#branch-name`, "draft"),
 		click(`#branch-create`),
-		until(`location.hash.includes("branch=draft")`),
+		testenv.Until(`location.hash.includes("branch=draft")`),
 		visible(`#status[data-state="live"]`),
-		until(textHas(`#timeline li[data-version="1"]`, "from main@v1")),
-		until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
-		until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
-	b.shot(t, artifacts, "6-b-branch")
+		testenv.Until(textHas(`#timeline li[data-version="1"]`, "from main@v1")),
+		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
+		testenv.Until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
+	b.Screenshot(t, artifacts, "6-b-branch")
 	// The branch select lists both; picking main goes back to it.
-	b.run(t, "go back to main",
-		until(textHas(`#branch`, "draft (v1)")),
-		until(textHas(`#branch`, "main (v5)")),
+	b.Do(t, "go back to main",
+		testenv.Until(textHas(`#branch`, "draft (v1)")),
+		testenv.Until(textHas(`#branch`, "main (v5)")),
 		choose(`#branch`, "main"),
-		until(`!location.hash.includes("branch=")`),
-		until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
+		testenv.Until(`!location.hash.includes("branch=")`),
+		testenv.Until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
 
 	// A opens n1's history: versions 1 and 2, and the diff between them.
-	a.run(t, "open n1's history",
+	a.Do(t, "open n1's history",
 		click(`tr[data-item="notes/n1"] a`),
 		visible(`#history tr[data-version="2"]`),
 		visible(`#history tr[data-version="1"]`),
 		visible(`#diff[data-from="1"][data-to="2"]`),
-		until(textHas(`#diff .del`, `"text": "hello"`)),
-		until(textHas(`#diff .add`, `"text": "hello from A"`)))
-	a.shot(t, artifacts, "7-a-history-diff")
+		testenv.Until(textHas(`#diff .del`, `"text": "hello"`)),
+		testenv.Until(textHas(`#diff .add`, `"text": "hello from A"`)))
+	a.Screenshot(t, artifacts, "7-a-history-diff")
 
 	// A token the server refuses brings the sign-in page back, with why.
-	a.run(t, "use a bad token",
+	a.Do(t, "use a bad token",
 		chromedp.Navigate(base+"/ui/#/?token=not.a.token"),
 		visible(`#use-token`),
-		until(textHas(`main .error`, "The token was refused")))
-	a.shot(t, artifacts, "8-a-refused-token")
+		testenv.Until(textHas(`main .error`, "The token was refused")))
+	a.Screenshot(t, artifacts, "8-a-refused-token")
 
-	for _, p := range []*tab{a, b} {
-		if errs := p.exceptions(); len(errs) > 0 {
-			t.Errorf("%s threw: %s", p.name, strings.Join(errs, "\n"))
+	for _, p := range []*testenv.Tab{a, b} {
+		if errs := p.Exceptions(); len(errs) > 0 {
+			t.Errorf("%s threw: %s", p.Name, strings.Join(errs, "\n"))
 		}
 	}
 }

@@ -103,13 +103,13 @@ func TestBrowserAppOfAnotherOrigin(t *testing.T) {
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
 	defer cancelAlloc()
-	tb, cancelTab := newTab(alloc, "app", deadline)
+	tb, cancelTab := testenv.NewTab(alloc, "app", deadline)
 	defer cancelTab()
-	tb.start(t)
+	tb.Start(t)
 	runApp := func(origin, project string) map[string]appResult {
 		t.Helper()
-		tb.run(t, "open "+origin, chromedp.Navigate(origin+"/"), until(`typeof run === "function"`))
-		raw := evalAwait(t, tb, fmt.Sprintf(`run(%q, %q, %q)`, base, token, project))
+		tb.Do(t, "open "+origin, chromedp.Navigate(origin+"/"), testenv.Until(`typeof run === "function"`))
+		raw := eval(t, tb, fmt.Sprintf(`run(%q, %q, %q)`, base, token, project))
 		var rs []appResult
 		if err := json.Unmarshal([]byte(raw), &rs); err != nil {
 			t.Fatalf("the page answered %s: %v", raw, err)
@@ -145,7 +145,7 @@ func TestBrowserAppOfAnotherOrigin(t *testing.T) {
 	if r := got["ws"]; len(r.Seen) != 0 || r.Closed != 1006 {
 		t.Errorf("from the origin %s, which is not allowed, the websocket: %+v", other.URL, r)
 	}
-	if errs := tb.exceptions(); len(errs) > 0 {
+	if errs := tb.Exceptions(); len(errs) > 0 {
 		t.Errorf("the page threw: %s", strings.Join(errs, "\n"))
 	}
 	// Nothing of the refused origin reached Canon: its pushes were
@@ -169,17 +169,4 @@ func TestBrowserAppOfAnotherOrigin(t *testing.T) {
 	} else if resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("the websocket upgrade from %s: %v", other.URL, err)
 	}
-}
-
-// evalAwait evaluates a JavaScript expression whose value is a promise of
-// a string, and waits for it.
-func evalAwait(t *testing.T, tb *tab, expr string) string {
-	t.Helper()
-	ctx, cancel := context.WithDeadline(tb.ctx, tb.deadline)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("%s: evaluate %s: %v (JavaScript exceptions: %v)", tb.name, expr, err, tb.exceptions())
-	}
-	return v
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -31,12 +33,13 @@ func NewTab(parent context.Context, name string, deadline time.Time) (*Tab, cont
 	tb := &Tab{Name: name, deadline: deadline}
 	ctx, cancel := chromedp.NewContext(parent, chromedp.WithListener(func(ev any) {
 		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
-			msg := e.ExceptionDetails.Text
-			if e.ExceptionDetails.Exception != nil {
-				msg += " " + e.ExceptionDetails.Exception.Description
+			d := e.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
 			}
 			tb.mu.Lock()
-			tb.errs = append(tb.errs, msg)
+			tb.errs = append(tb.errs, fmt.Sprintf("%s (%s:%d:%d)", msg, d.URL, d.LineNumber+1, d.ColumnNumber+1))
 			tb.mu.Unlock()
 		}
 	}))
@@ -46,6 +49,33 @@ func NewTab(parent context.Context, name string, deadline time.Time) (*Tab, cont
 
 // Context is the tab's context, for a tab opened beside it.
 func (tb *Tab) Context() context.Context { return tb.ctx }
+
+// Start opens the tab (the browser with the first one). The first run on
+// a tab's context sets its life: a run on a context with a deadline would
+// close the tab with that deadline.
+func (tb *Tab) Start(t testing.TB) {
+	t.Helper()
+	if err := chromedp.Do(tb.ctx); err != nil {
+		t.Fatalf("%s: open: %v", tb.Name, err)
+	}
+}
+
+// Screenshot saves a screenshot of the whole page as dir/name.png. It
+// runs past the steps' deadline too: the screenshot of a failure is the
+// point.
+func (tb *Tab) Screenshot(t testing.TB, dir, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("%s: screenshot %s: %v", tb.Name, name, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Error(err)
+	}
+}
 
 // Exceptions are the JavaScript exceptions the tab's pages threw so far.
 func (tb *Tab) Exceptions() []string {
