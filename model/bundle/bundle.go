@@ -436,32 +436,13 @@ func (p *pool) drain() {
 // the form Compile and the TypeScript client take. It reads files; it does
 // not type-check (run tsc for that).
 func Build(entry string) ([]byte, error) {
-	abs, err := filepath.Abs(entry)
-	if err != nil {
-		return nil, fmt.Errorf("build %s: %w", entry, err)
-	}
-	res := api.Build(api.BuildOptions{
-		EntryPoints: []string{abs},
-		// Paths in the output (a comment per file) are relative to the
-		// entry's folder: the same bytes wherever the build runs.
-		AbsWorkingDir: filepath.Dir(abs),
-		Bundle:        true,
-		Write:         false,
+	return build(entry, api.BuildOptions{
 		Format:        api.FormatESModule,
 		Target:        api.ES2020,
 		Platform:      api.PlatformNeutral,
 		MainFields:    []string{"module", "main"},
-		Charset:       api.CharsetUTF8,
-		LogLevel:      api.LogLevelSilent,
 		LegalComments: api.LegalCommentsNone,
 	})
-	if len(res.Errors) > 0 {
-		return nil, fmt.Errorf("build %s: %s", entry, fileMessages(res.Errors))
-	}
-	if len(res.OutputFiles) != 1 {
-		return nil, fmt.Errorf("build %s: esbuild made %d files, want 1", entry, len(res.OutputFiles))
-	}
-	return res.OutputFiles[0].Contents, nil
 }
 
 // BuildApp bundles the entry file of a web app (TypeScript, TSX or
@@ -470,23 +451,30 @@ func Build(entry string) ([]byte, error) {
 // beside the entry may map package names to paths ("paths"), as an app
 // in this repository maps @canon/client to the client's sources.
 func BuildApp(entry string) ([]byte, error) {
+	return build(entry, api.BuildOptions{
+		Format:    api.FormatESModule,
+		Target:    api.ES2022,
+		Platform:  api.PlatformBrowser,
+		Sourcemap: api.SourceMapInline,
+		JSX:       api.JSXAutomatic,
+	})
+}
+
+// build bundles entry with what it imports into one file under opts, in
+// memory, in UTF-8. Paths in the output (a comment per file) are relative
+// to the entry's folder: the same bytes wherever the build runs.
+func build(entry string, opts api.BuildOptions) ([]byte, error) {
 	abs, err := filepath.Abs(entry)
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", entry, err)
 	}
-	res := api.Build(api.BuildOptions{
-		EntryPoints:   []string{abs},
-		AbsWorkingDir: filepath.Dir(abs),
-		Bundle:        true,
-		Write:         false,
-		Format:        api.FormatESModule,
-		Target:        api.ES2022,
-		Platform:      api.PlatformBrowser,
-		Sourcemap:     api.SourceMapInline,
-		Charset:       api.CharsetUTF8,
-		LogLevel:      api.LogLevelSilent,
-		JSX:           api.JSXAutomatic,
-	})
+	opts.EntryPoints = []string{abs}
+	opts.AbsWorkingDir = filepath.Dir(abs)
+	opts.Bundle = true
+	opts.Write = false
+	opts.Charset = api.CharsetUTF8
+	opts.LogLevel = api.LogLevelSilent
+	res := api.Build(opts)
 	if len(res.Errors) > 0 {
 		return nil, fmt.Errorf("build %s: %s", entry, fileMessages(res.Errors))
 	}
