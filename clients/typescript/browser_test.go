@@ -44,17 +44,8 @@ func TestBrowserTabs(t *testing.T) {
 	})
 	tok := token(t, s, "user:ann")
 	deadline, _ := ctx.Deadline()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
-	defer cancelAlloc()
-	// The first run on a tab's own context opens it for the test's life
-	// (a run on a context with a deadline would close it with that).
-	a, cancelA := testenv.NewTab(alloc, "tab A", deadline)
-	defer cancelA()
-	a.Start(t)
-	b, cancelB := testenv.NewTab(a.Context(), "tab B", deadline)
-	defer cancelB()
-	b.Start(t)
+	tabs := testenv.OpenTabs(t, chromium, deadline, []string{"tab A", "tab B"})
+	a, b := tabs[0], tabs[1]
 	page := s.URL + "/client-test/index.html"
 	start := fmt.Sprintf("start(%q, %q, %q)", s.URL, tok, "tabs")
 	for _, tb := range []*testenv.Tab{a, b} {

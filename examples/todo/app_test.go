@@ -94,16 +94,8 @@ func TestTodoAppInTwoTabs(t *testing.T) {
 	}
 
 	deadline, _ := ctx.Deadline()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
-	defer cancelAlloc()
-	a, cancelA := testenv.NewTab(alloc, "tab A", deadline)
-	defer cancelA()
-	a.Start(t)
-	b, cancelB := testenv.NewTab(a.Context(), "tab B", deadline)
-	defer cancelB()
-	b.Start(t)
-	tabs := []*testenv.Tab{a, b}
+	tabs := testenv.OpenTabs(t, chromium, deadline, []string{"tab A", "tab B"})
+	a, b := tabs[0], tabs[1]
 	for _, tb := range tabs {
 		tb.Do(t, "open the app", chromedp.Navigate(appURL+"#token="+token),
 			testenv.Until(`document.querySelector('#status').textContent === 'online'`))

@@ -152,21 +152,11 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		t.Fatalf("seed: %+v", o)
 	}
 
-	// The browser lives as long as the test, without the deadline of
-	// the steps (see tab).
-	deadline, _ := ctx.Deadline()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()))...)
-	defer cancelAlloc()
 	// Two tabs of one browser: one local storage (the token, the client
 	// group), a session storage and so a client id each.
-	a, cancelA := testenv.NewTab(alloc, "page A", deadline)
-	defer cancelA()
-	a.Start(t)
-	b, cancelB := testenv.NewTab(a.Context(), "page B", deadline)
-	defer cancelB()
-	b.Start(t)
+	deadline, _ := ctx.Deadline()
+	tabs := testenv.OpenTabs(t, chromium, deadline, []string{"page A", "page B"}, chromedp.WindowSize(1280, 900))
+	a, b := tabs[0], tabs[1]
 	defer func() {
 		if t.Failed() {
 			a.Screenshot(t, artifacts, "failed-a")

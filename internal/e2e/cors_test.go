@@ -100,12 +100,7 @@ func TestBrowserAppOfAnotherOrigin(t *testing.T) {
 	token := pl.token(t, "ann", "*")
 
 	deadline, _ := ctx.Deadline()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
-	defer cancelAlloc()
-	tb, cancelTab := testenv.NewTab(alloc, "app", deadline)
-	defer cancelTab()
-	tb.Start(t)
+	tb := testenv.OpenTabs(t, chromium, deadline, []string{"app"})[0]
 	runApp := func(origin, project string) map[string]appResult {
 		t.Helper()
 		tb.Do(t, "open "+origin, chromedp.Navigate(origin+"/"), testenv.Until(`typeof run === "function"`))

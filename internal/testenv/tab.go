@@ -136,3 +136,25 @@ func Offline(off bool) chromedp.Action[chromedp.Void] {
 		return err
 	})
 }
+
+// OpenTabs starts a headless Chromium (the binary at chromium, a data
+// directory of the test's own, extra options such as a window size) and
+// opens one tab of it per name, in that order; all of them share the
+// browser's storage. Their steps run until deadline; the browser lives
+// until the test ends, past that deadline, so that a failed test still
+// gets its screenshots.
+func OpenTabs(t testing.TB, chromium string, deadline time.Time, names []string, opts ...chromedp.ExecAllocatorOption) []*Tab {
+	t.Helper()
+	opts = append(append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir())), opts...)
+	parent, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	tabs := make([]*Tab, len(names))
+	for i, name := range names {
+		tb, cancel := NewTab(parent, name, deadline)
+		t.Cleanup(cancel)
+		tb.Start(t)
+		tabs[i], parent = tb, tb.ctx
+	}
+	return tabs
+}
