@@ -8,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
-	"github.com/canon-sync/canon/sequencer"
 )
 
 // TestIntegrationCheckpointTakeover: two `canon serve` sequencers share a
@@ -49,27 +46,14 @@ func TestIntegrationCheckpointTakeover(t *testing.T) {
 		n, err := a.Metric("canon_checkpoints_taken_total")
 		return cl.records(owned) >= 3000 && err == nil && n >= float64(2*len(owned)), nil
 	})
-	before, err := b.Metric("canon_sequencer_restore_records_total")
-	if err != nil {
-		t.Fatal(err)
-	}
 	restoredBefore := strings.Count(b.CurrentLog(), restoredFromCheckpoint)
-	adm := kadm.NewClient(e.cl)
-	txnID := e.prefix + sequencer.DefaultGroup + "-" + a.instanceID(ctx)
-	at, owned := killInTransaction(t, ctx, adm, a, txnID)
-	history := cl.records(owned)
-	first, all := cl.firstDecisions(ctx, owned, at)
-	after, err := b.Metric("canon_sequencer_restore_records_total")
-	if err != nil {
-		t.Fatal(err)
-	}
+	to := killAndTakeOver(t, ctx, e, cl, a, b)
 	restored := strings.Count(b.CurrentLog(), restoredFromCheckpoint) - restoredBefore
-	read := int(after - before)
 	t.Logf("checkpoints: a killed with partitions %v (%d changelog records); b restored %d partitions from checkpoints, reading %d records after them; first decision after %.2fs, on all of them after %.2fs",
-		owned, history, restored, read, first.Seconds(), all.Seconds())
-	if restored < len(owned) || read*2 > history {
+		to.owned, to.history, restored, to.read, to.first.Seconds(), to.all.Seconds())
+	if restored < len(to.owned) || to.read*2 > to.history {
 		t.Errorf("b restored %d of a's %d partitions from checkpoints and read %d of their %d records: want all from checkpoints and only the tail read",
-			restored, len(owned), read, history)
+			restored, len(to.owned), to.read, to.history)
 	}
 	a.Start(ctx)
 	g.finish()

@@ -52,28 +52,48 @@ func TestIntegrationStandbyTakeover(t *testing.T) {
 	canontest.Wait(t, ctx, "a history on a's partitions", func() (bool, error) {
 		return cl.records(owned) >= 3000, nil
 	})
-	before, err := b.Metric("canon_sequencer_restore_records_total")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(e.cl)
-	txnID := e.prefix + sequencer.DefaultGroup + "-" + a.instanceID(ctx)
-	at, owned := killInTransaction(t, ctx, adm, a, txnID)
-	history := cl.records(owned)
-	first, all := cl.firstDecisions(ctx, owned, at)
-	after, err := b.Metric("canon_sequencer_restore_records_total")
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := int(after - before)
+	to := killAndTakeOver(t, ctx, e, cl, a, b)
 	t.Logf("standbys %d: a killed with partitions %v (%d changelog records); b restored them reading %d records; first decision after %.2fs, on all of them after %.2fs",
-		*standbyCount, owned, history, read, first.Seconds(), all.Seconds())
-	if *standbyCount >= len(owned) && read*4 > history {
-		t.Errorf("with standbys, b's restore read %d of the %d records of a's partitions: its copies were not warm", read, history)
+		*standbyCount, to.owned, to.history, to.read, to.first.Seconds(), to.all.Seconds())
+	if *standbyCount >= len(to.owned) && to.read*4 > to.history {
+		t.Errorf("with standbys, b's restore read %d of the %d records of a's partitions: its copies were not warm", to.read, to.history)
 	}
 	a.Start(ctx)
 	g.finish()
 	finishAndCheck(t, ctx, e, g, cl, a, b)
+}
+
+// takeover is what one takeover after a SIGKILL measured.
+type takeover struct {
+	// owned are the partitions a owned when it was killed, with history
+	// changelog records.
+	owned   []int32
+	history int
+	// read is how many changelog records b's restores read.
+	read int
+	// first and all are the times from the kill to b's first decision on
+	// one of them and on every one of them.
+	first, all time.Duration
+}
+
+// killAndTakeOver kills a with SIGKILL in an open transaction and waits
+// until b decides for every partition a owned.
+func killAndTakeOver(t *testing.T, ctx context.Context, e *topicsEnv, cl *changelog, a, b *seqProc) takeover {
+	t.Helper()
+	before, err := b.Metric("canon_sequencer_restore_records_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	txnID := e.prefix + sequencer.DefaultGroup + "-" + a.instanceID(ctx)
+	at, owned := killInTransaction(t, ctx, kadm.NewClient(e.cl), a, txnID)
+	to := takeover{owned: owned, history: cl.records(owned)}
+	to.first, to.all = cl.firstDecisions(ctx, owned, at)
+	after, err := b.Metric("canon_sequencer_restore_records_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	to.read = int(after - before)
+	return to
 }
 
 // records counts the changelog's data records of partitions ps.
