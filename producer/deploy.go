@@ -101,13 +101,9 @@ func (p *Producer) authorizeDeploy(r *http.Request, org, project string) (*auth.
 	} else if err := schemas.ValidateProject("project", project); err != nil {
 		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "project", Message: err.Error()}
 	}
-	token, err := auth.BearerToken(r.Header.Get("Authorization"))
-	if err != nil {
-		return nil, authError(err)
-	}
-	claims, err := p.cfg.Keys.Verify(token, p.cfg.Now())
-	if err != nil {
-		return nil, authError(err)
+	claims, aerr := p.verify(r)
+	if aerr != nil {
+		return nil, aerr
 	}
 	if err := claims.Allow(org, reach, auth.ScopeAdmin); err != nil {
 		aerr := authError(err)

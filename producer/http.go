@@ -240,15 +240,24 @@ func (p *Producer) authorize(r *http.Request, org, project string) (*auth.Claims
 	if err := schemas.ValidateProject("project", project); err != nil {
 		return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalid, Field: "project", Message: err.Error()}
 	}
+	claims, aerr := p.verify(r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if err := claims.Allow(org, project, auth.ScopeWrite); err != nil {
+		return nil, authError(err)
+	}
+	return claims, nil
+}
+
+// verify reads and verifies the request's bearer token.
+func (p *Producer) verify(r *http.Request) (*auth.Claims, *wire.Error) {
 	token, err := auth.BearerToken(r.Header.Get("Authorization"))
 	if err != nil {
 		return nil, authError(err)
 	}
 	claims, err := p.cfg.Keys.Verify(token, p.cfg.Now())
 	if err != nil {
-		return nil, authError(err)
-	}
-	if err := claims.Allow(org, project, auth.ScopeWrite); err != nil {
 		return nil, authError(err)
 	}
 	return claims, nil
