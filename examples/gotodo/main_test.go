@@ -39,48 +39,24 @@ func TestGotodoServesAndReplaysItsMutators(t *testing.T) {
 	token := srv.Token(t, auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeWrite},
 		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:ann"}})
 
-	c := client.New(base, client.WithToken(token))
-	var next uint64
-	push := func(name string, args any) client.Outcome {
-		t.Helper()
-		raw, err := json.Marshal(args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		next++
-		res, err := c.Push(ctx, "acme", "todo", client.Push{ClientGroup: "g1", Mutations: []client.Mutation{
-			{Client: "c1", ID: next, Name: name, Args: raw}}}, client.PushOptions{Wait: true})
-		if err != nil {
-			t.Fatalf("push %s: %v", name, err)
-		}
-		if len(res.Outcomes) != 1 {
-			t.Fatalf("push %s: %d outcomes, want 1", name, len(res.Outcomes))
-		}
-		return res.Outcomes[0]
-	}
-	applied := func(o client.Outcome) {
-		t.Helper()
-		if o.Status != client.Applied {
-			t.Fatalf("outcome %+v, want applied", o)
-		}
-	}
+	pusher := srv.Pusher(token, "acme", "todo", "g1", "c1")
 
-	applied(push("todo.create", map[string]any{"id": "milk", "title": "buy milk", "order": 1}))
-	applied(push("todo.create", map[string]any{"id": "bread", "title": "buy bread", "order": 2}))
-	applied(push("todo.toggle", map[string]any{"id": "milk"}))
-	applied(push("todo.rename", map[string]any{"id": "milk", "title": "buy oat milk", "from": "buy milk"}))
+	pusher.Applied(t, ctx, "todo.create", map[string]any{"id": "milk", "title": "buy milk", "order": 1})
+	pusher.Applied(t, ctx, "todo.create", map[string]any{"id": "bread", "title": "buy bread", "order": 2})
+	pusher.Applied(t, ctx, "todo.toggle", map[string]any{"id": "milk"})
+	pusher.Applied(t, ctx, "todo.rename", map[string]any{"id": "milk", "title": "buy oat milk", "from": "buy milk"})
 	// A second client still saw "buy milk": its rename is refused, with
 	// the title that won.
-	stale := push("todo.rename", map[string]any{"id": "milk", "title": "buy soy milk", "from": "buy milk"})
+	stale := pusher.Push(t, ctx, "todo.rename", map[string]any{"id": "milk", "title": "buy soy milk", "from": "buy milk"})
 	if stale.Status != client.Errored || !strings.Contains(stale.Error, `renamed to "buy oat milk" meanwhile`) {
 		t.Fatalf("stale rename: %+v, want an error naming the title that won", stale)
 	}
-	applied(push("todo.move", map[string]any{"id": "bread", "order": 0.5}))
-	if o := push("todo.toggle", map[string]any{"id": "eggs"}); o.Status != client.Errored || !strings.Contains(o.Error, `no todo "eggs"`) {
+	pusher.Applied(t, ctx, "todo.move", map[string]any{"id": "bread", "order": 0.5})
+	if o := pusher.Push(t, ctx, "todo.toggle", map[string]any{"id": "eggs"}); o.Status != client.Errored || !strings.Contains(o.Error, `no todo "eggs"`) {
 		t.Fatalf("toggle of a missing todo: %+v", o)
 	}
 	// The built-ins stay available beside the application's mutators.
-	applied(push("item.put", map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hi"}}))
+	pusher.Applied(t, ctx, "item.put", map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hi"}})
 
 	milk := readTodo(t, ctx, base, token, "milk")
 	if milk.Title != "buy oat milk" || !milk.Done || milk.Order != 1 || milk.Created == 0 {
@@ -110,8 +86,8 @@ func TestGotodoServesAndReplaysItsMutators(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("replay output %q: %v", out, err)
 	}
-	if !res.Deterministic || res.Checked != int(next) {
-		t.Fatalf("replay: %s, want deterministic over %d versions", out, next)
+	if !res.Deterministic || res.Checked != int(pusher.Last) {
+		t.Fatalf("replay: %s, want deterministic over %d versions", out, pusher.Last)
 	}
 }
 

@@ -81,41 +81,20 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 		t.Errorf("mutators list said %q, want acme/todo with %s", list, hash)
 	}
 
-	c := client.New(base, client.WithToken(token))
-	var next uint64
-	push := func(name string, args any) client.Outcome {
-		t.Helper()
-		raw, err := json.Marshal(args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		next++
-		res, err := c.Push(ctx, "acme", "todo", client.Push{ClientGroup: "g1", Mutations: []client.Mutation{
-			{Client: "c1", ID: next, Name: name, Args: raw}}}, client.PushOptions{Wait: true})
-		if err != nil {
-			t.Fatalf("push %s: %v", name, err)
-		}
-		return res.Outcomes[0]
-	}
-	applied := func(o client.Outcome) {
-		t.Helper()
-		if o.Status != client.Applied {
-			t.Fatalf("outcome %+v, want applied", o)
-		}
-	}
-	applied(push("todo.create", map[string]any{"id": "milk", "title": "buy milk", "order": 1}))
-	applied(push("todo.create", map[string]any{"id": "bread", "title": "buy bread", "order": 2}))
-	applied(push("todo.toggle", map[string]any{"id": "milk"}))
-	applied(push("todo.rename", map[string]any{"id": "milk", "title": "buy oat milk", "from": "buy milk"}))
-	stale := push("todo.rename", map[string]any{"id": "milk", "title": "buy soy milk", "from": "buy milk"})
+	pusher := srv.Pusher(token, "acme", "todo", "g1", "c1")
+	pusher.Applied(t, ctx, "todo.create", map[string]any{"id": "milk", "title": "buy milk", "order": 1})
+	pusher.Applied(t, ctx, "todo.create", map[string]any{"id": "bread", "title": "buy bread", "order": 2})
+	pusher.Applied(t, ctx, "todo.toggle", map[string]any{"id": "milk"})
+	pusher.Applied(t, ctx, "todo.rename", map[string]any{"id": "milk", "title": "buy oat milk", "from": "buy milk"})
+	stale := pusher.Push(t, ctx, "todo.rename", map[string]any{"id": "milk", "title": "buy soy milk", "from": "buy milk"})
 	if stale.Status != client.Errored || stale.Code != "rename_conflict" || !strings.Contains(stale.Error, `renamed to "buy oat milk" meanwhile`) {
 		t.Fatalf("stale rename: %+v, want an error naming the title that won", stale)
 	}
-	applied(push("todo.move", map[string]any{"id": "bread", "column": "doing", "order": 0.5}))
-	if o := push("todo.create", map[string]any{"id": "milk", "title": "again"}); o.Status != client.Errored || o.Code != "todo_exists" || !strings.Contains(o.Error, "exists already") {
+	pusher.Applied(t, ctx, "todo.move", map[string]any{"id": "bread", "column": "doing", "order": 0.5})
+	if o := pusher.Push(t, ctx, "todo.create", map[string]any{"id": "milk", "title": "again"}); o.Status != client.Errored || o.Code != "todo_exists" || !strings.Contains(o.Error, "exists already") {
 		t.Fatalf("create of an existing todo: %+v", o)
 	}
-	applied(push("item.put", map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hi"}}))
+	pusher.Applied(t, ctx, "item.put", map[string]any{"collection": "notes", "id": "n1", "data": map[string]any{"text": "hi"}})
 
 	var milk struct {
 		Data struct {
@@ -148,8 +127,8 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 		Deterministic bool `json:"deterministic"`
 	}
 	out = run("replay", "--brokers", srv.Brokers, "--topic-prefix", srv.Prefix, "--project", "acme/todo", "--in-memory", "--json")
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.Deterministic || rep.Checked != int(next) {
-		t.Fatalf("replay: %s (%v), want deterministic over %d versions", out, err, next)
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.Deterministic || rep.Checked != int(pusher.Last) {
+		t.Fatalf("replay: %s (%v), want deterministic over %d versions", out, err, pusher.Last)
 	}
 
 	// What if renames had no conflict rule? A rebase under that bundle

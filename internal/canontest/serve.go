@@ -2,12 +2,14 @@ package canontest
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/client"
 	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/testenv"
 )
@@ -65,4 +67,46 @@ func (s *Served) Token(tb testing.TB, c auth.Claims) string {
 		tb.Fatal(err)
 	}
 	return tok
+}
+
+// Pusher pushes the mutations of one client of a project, one at a time,
+// and waits for each one's outcome (?wait=applied).
+type Pusher struct {
+	c                             *client.Client
+	org, project, group, clientID string
+	// Last is the id of the last mutation pushed.
+	Last uint64
+}
+
+// Pusher pushes as clientID of group to org/project with token.
+func (s *Served) Pusher(token, org, project, group, clientID string) *Pusher {
+	return &Pusher{c: client.New(s.Base, client.WithToken(token)), org: org, project: project, group: group, clientID: clientID}
+}
+
+// Push pushes the client's next mutation and returns its outcome.
+func (p *Pusher) Push(tb testing.TB, ctx context.Context, name string, args any) client.Outcome {
+	tb.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.Last++
+	res, err := p.c.Push(ctx, p.org, p.project, client.Push{ClientGroup: p.group, Mutations: []client.Mutation{
+		{Client: p.clientID, ID: p.Last, Name: name, Args: raw}}}, client.PushOptions{Wait: true})
+	if err != nil {
+		tb.Fatalf("push %s: %v", name, err)
+	}
+	if len(res.Outcomes) != 1 {
+		tb.Fatalf("push %s: %d outcomes, want 1", name, len(res.Outcomes))
+	}
+	return res.Outcomes[0]
+}
+
+// Applied pushes the client's next mutation and fails the test unless it
+// is applied.
+func (p *Pusher) Applied(tb testing.TB, ctx context.Context, name string, args any) {
+	tb.Helper()
+	if o := p.Push(tb, ctx, name, args); o.Status != client.Applied {
+		tb.Fatalf("push %s: outcome %+v, want applied", name, o)
+	}
 }
