@@ -126,20 +126,8 @@ func runE2E(t *testing.T, dir string, s *canontest.Stack, scenario, project stri
 // client's view: scalars and collection/id -> data.
 func canonView(t *testing.T, s *canontest.Stack, project string) json.RawMessage {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, s.URL+"/v1/projects/acme/"+project+"?items=full", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token(t, s, "user:ann"))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var st readapi.StateResponse
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
+	get(t, s, "/v1/projects/acme/"+project+"?items=full", &st)
 	items := map[string]json.RawMessage{}
 	for c, list := range st.Collections {
 		for _, it := range list {
@@ -226,20 +214,5 @@ func TestReloadDuringPushOnCanon(t *testing.T) {
 
 func get(t *testing.T, s *canontest.Stack, path string, v any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token(t, s, "user:ann"))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d", path, resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatal(err)
-	}
+	canontest.GetJSON(t, context.Background(), s.URL+path, token(t, s, "user:ann"), v)
 }

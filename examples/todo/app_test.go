@@ -245,20 +245,8 @@ type canonTodos struct {
 // canonBoard is Canon's todos in the form of board.
 func canonBoard(t *testing.T, base, token string) canonTodos {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/v1/projects/dev/todo?items=full", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var st readapi.StateResponse
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
+	canontest.GetJSON(t, context.Background(), base+"/v1/projects/dev/todo?items=full", token, &st)
 	out := canonTodos{version: st.Version, todos: map[string]string{}}
 	for _, it := range st.Collections["todos"] {
 		var td struct {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,14 +101,14 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 			Done  bool   `json:"done"`
 		} `json:"data"`
 	}
-	get(t, ctx, base+"/v1/projects/acme/todo/items/todos/milk", token, &milk)
+	canontest.GetJSON(t, ctx, base+"/v1/projects/acme/todo/items/todos/milk", token, &milk)
 	if milk.Data.Title != "buy oat milk" || !milk.Data.Done {
 		t.Fatalf("milk = %+v", milk.Data)
 	}
 	var vs struct {
 		Versions []schemas.Version `json:"versions"`
 	}
-	get(t, ctx, base+"/v1/projects/acme/todo/versions?from=1", token, &vs)
+	canontest.GetJSON(t, ctx, base+"/v1/projects/acme/todo/versions?from=1", token, &vs)
 	for _, v := range vs.Versions {
 		want := hash
 		if v.Mutations[0].Name == "item.put" {
@@ -155,25 +154,5 @@ func TestTodoExampleEndToEnd(t *testing.T) {
 	}
 	if len(reb.Conflicts) != 1 || reb.Conflicts[0].Mutation.Name != "todo.rename" || reb.Conflicts[0].Status != "error" || reb.Conflicts[0].NewStatus != "applied" {
 		t.Fatalf("rebase under the lenient bundle: %s, want the stale rename applied", out)
-	}
-}
-
-func get(t *testing.T, ctx context.Context, url, token string, v any) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatal(err)
 	}
 }

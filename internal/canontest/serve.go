@@ -3,6 +3,7 @@ package canontest
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -108,5 +109,27 @@ func (p *Pusher) Applied(tb testing.TB, ctx context.Context, name string, args a
 	tb.Helper()
 	if o := p.Push(tb, ctx, name, args); o.Status != client.Applied {
 		tb.Fatalf("push %s: outcome %+v, want applied", name, o)
+	}
+}
+
+// GetJSON reads url with a bearer token and decodes its JSON answer into
+// v, failing the test on any error or an answer other than 200 OK.
+func GetJSON(tb testing.TB, ctx context.Context, url, token string, v any) {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
 	}
 }
