@@ -946,9 +946,9 @@ export class Canon<M extends Mutators = Mutators> {
     try {
       const m = await this.retry(() => this.api.mutation(this.clientID, p.id));
       if (m.status === 'applied' || m.status === 'error') {
-        let code = 'unknown';
-        if (m.status === 'error' && m.version) {
-          // The status API has no code; the version has.
+        let code = m.code ?? 'unknown';
+        if (m.status === 'error' && m.code === undefined && m.version) {
+          // A status recorded before Canon stored codes: the version has it.
           const page = await this.api.versions(m.version, 1).catch(() => undefined);
           code = page?.versions[0]?.mutations?.find(x => x.client === this.clientID && x.id === p.id)?.code ?? code;
         }

@@ -5,7 +5,7 @@ import {join} from 'node:path';
 import {test} from 'node:test';
 
 import {bundleHash} from '../src/bundle.js';
-import {backoffDelay, Canon, type CanonOptions} from '../src/client.js';
+import {backoffDelay, Canon, type CanonOptions, type OutcomeEvent} from '../src/client.js';
 import type {CanonError} from '../src/errors.js';
 import type {JSONValue} from '../src/json.js';
 import {MutatorError, type Mutators, type Tx} from '../src/mutators.js';
@@ -278,6 +278,45 @@ test('a reload in the middle of a push neither loses nor duplicates the mutation
   assert.equal(s.versions.length, 1);
   assert.deepEqual(clientView(c2), serverView(s));
   c2.close();
+});
+
+test('the outcome of a previous session\'s mutation, learned from the status API, has its error code', async () => {
+  const failing = {
+    ...todo,
+    'todo.take'(tx: Tx, a: {id: string}) {
+      if (tx.has('todos', a.id)) {
+        throw Object.assign(new Error(`todo ${a.id} is taken`), {code: 'todo_taken'});
+      }
+      tx.put('todos', a.id, {title: 'taken', done: false, at: tx.now()});
+    },
+  } satisfies Mutators;
+  for (const old of [false, true]) {
+    const s = new FakeCanon(failing);
+    s.statusWithoutCode = old;
+    await s.decide('other', [{client: 'other', id: 1, name: 'todo.add', args: {id: 'a', title: 'A'}, ts: 0}]);
+    const storage = new MemoryStorage();
+    s.setOffline(true);
+    const c1 = new Canon({server: 'http://canon.test', token: 't', org: s.org, project: s.project, mutators: failing, storage,
+      WebSocket: s.WebSocket, fetch: s.fetch, backoff: {min: 1, max: 20}, onError: () => {}});
+    await c1.storageLoaded();
+    void c1.mutate['todo.take']({id: 'a'}).catch(() => {});
+    await until('durable', () => [...storage.data.keys()].some(k => k.startsWith('pending')));
+    const id = c1.clientID;
+    await c1.close();
+    // Another session of this client decided it, and this storage's view
+    // already covers that version: the outcome comes from the status API.
+    await s.decide('g', [{client: id, id: 1, name: 'todo.take', args: {id: 'a'}, ts: 0}]);
+    storage.data.set('canon', {version: s.head, ts: s.now, stateHash: '0'.repeat(64), scalars: {}, lastIds: {other: 1, [id]: 1}});
+    s.setOffline(false);
+    s.requests.length = 0;
+    const outcomes: OutcomeEvent[] = [];
+    const c2 = client(s, {storage, onOutcome: o => outcomes.push(o)});
+    await c2.settled();
+    assert.deepEqual(outcomes, [{status: 'error', version: 2, code: 'todo_taken', message: 'todo a is taken', id: 1, name: 'todo.take'}], old ? 'older server' : 'current server');
+    // The code is in the status; only an older server's answer sends the client to the version for it.
+    assert.equal(s.requests.some(r => r.includes('/versions?')), old, s.requests.join('\n'));
+    await c2.close();
+  }
 });
 
 test('file storage keeps the state across a restart and ignores a torn last write', async () => {

@@ -33,6 +33,8 @@ export class FakeCanon {
   dropPushes = 0;
   /** The next live version sent is skipped on the sockets (a gap). */
   skipNext = false;
+  /** The status API answers without code, as Canon did before it stored codes. */
+  statusWithoutCode = false;
   requests: string[] = [];
   /** The hash of the bundle deployed for the project (GET …/mutators); its versions record it. */
   bundle: string | undefined;
@@ -214,7 +216,8 @@ export class FakeCanon {
       for (const v of this.versions) {
         const o = v.mutations?.find(x => x.client === client && x.id === id);
         if (o) {
-          return json(200, {client, branch: this.branch, id, status: o.status, applied: o.status === 'applied', version: v.version, ...(o.error && {error: o.error}), lastMutationID: this.lastIds.get(client) ?? 0});
+          return json(200, {client, branch: this.branch, id, status: o.status, applied: o.status === 'applied', version: v.version, ...(o.error && {error: o.error}),
+            ...(o.code && !this.statusWithoutCode && {code: o.code}), lastMutationID: this.lastIds.get(client) ?? 0});
         }
       }
       return json(200, {client, branch: this.branch, id, status: 'pending', applied: false, lastMutationID: this.lastIds.get(client) ?? 0});
