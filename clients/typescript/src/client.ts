@@ -182,6 +182,8 @@ interface VersionIn {
   mutations: {clientGroup: string; client: string; id: number; name: string; status: 'applied' | 'error'; error?: string; code?: string}[];
   lastIds: {[k: string]: number};
   bodies?: Map<string, JSONValue>;
+  /** The branch at this version, for a version that starts a branch from another (its base's items are not listed). */
+  full?: wire.State | undefined;
 }
 
 interface Sub {
@@ -914,6 +916,12 @@ export class Canon<M extends Mutators = Mutators> {
   /** prepare fetches the bodies a version needs (by hash, once); error outcomes carry their code. */
   private async prepare(v: VersionIn): Promise<void> {
     v.bodies = new Map();
+    if (v.base) {
+      // The first version of a branch made from another lists only what it
+      // changed, not the items it starts with: read the branch at it.
+      v.full = await this.retry(() => this.api.state(v.version));
+      return;
+    }
     const local = new Layers(this.canon, [this.local]);
     await Promise.all(
       v.items.map(async it => {
@@ -947,10 +955,14 @@ export class Canon<M extends Mutators = Mutators> {
   private applyVersion(v: VersionIn): void | Promise<void> {
     const ch = new Changes();
     const c = this.canon;
+    if (v.full) {
+      this.loadInto(c, v.full);
+      ch.all = true;
+    }
     c.version = v.version;
     c.ts = v.ts;
     c.stateHash = v.stateHash;
-    const names = new Set([...c.scalars.keys(), ...Object.keys(v.scalars)]);
+    const names = new Set(v.full ? [] : [...c.scalars.keys(), ...Object.keys(v.scalars)]);
     for (const n of names) {
       const nv = v.scalars[n];
       if (!equal(c.scalars.get(n), nv)) {
@@ -962,7 +974,7 @@ export class Canon<M extends Mutators = Mutators> {
         }
       }
     }
-    for (const it of v.items) {
+    for (const it of v.full ? [] : v.items) {
       const k = itemKey(it.collection, it.id);
       ch.items.add(k);
       if (it.op === 'delete') {
@@ -1004,7 +1016,7 @@ export class Canon<M extends Mutators = Mutators> {
     if (this.inflight) {
       this.inflight.ids = this.inflight.ids.filter(id => !decided.has(id));
     }
-    this.saveCanonical(ch.items);
+    this.saveCanonical(ch.items, v.full !== undefined);
     if (del.size) {
       void this.persist(del);
       this.pendingChanged();

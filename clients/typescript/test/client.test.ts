@@ -7,7 +7,7 @@ import {test} from 'node:test';
 import {bundleHash} from '../src/bundle.js';
 import {backoffDelay, Canon, type CanonOptions, type OutcomeEvent, type SyncEvent} from '../src/client.js';
 import type {CanonError} from '../src/errors.js';
-import type {JSONValue} from '../src/json.js';
+import {canonical, sha256Hex, type JSONValue} from '../src/json.js';
 import {MutatorError, type Mutators, type Tx} from '../src/mutators.js';
 import {FileStorage} from '../src/node.js';
 import {MemoryStorage} from '../src/storage.js';
@@ -263,6 +263,33 @@ test('a version gap on the socket makes the client resume from what it holds', a
   await until('both versions', () => c.version === 2);
   assert.deepEqual(clientView(c), serverView(s));
   c.close();
+});
+
+test('the first version of a branch made from another brings the items it starts with', async () => {
+  const s = new FakeCanon(todo);
+  s.branch = 'draft';
+  const errs: string[] = [];
+  const c = client(s, {branch: 'draft', onError: e => errs.push(e.code + ': ' + e.message)});
+  await until('online', () => c.status === 'online');
+  const seen: number[] = [];
+  c.subscribe({collection: 'notes'}, v => seen.push(v.length));
+  // branch.create from main@3: the version lists no items, the branch has main's.
+  const body = canonical({text: 'from main'});
+  const hash = await sha256Hex(body);
+  s.state.setItem('notes', 'n1', {data: {text: 'from main'}, meta: {}, hash});
+  s.blobs.set(hash, body);
+  s.nextBase = {branch: 'main', version: 3};
+  s.addVersion([], [{clientGroup: 'g2', client: 'o', id: 1, name: 'branch.create', args: {from: 'main', version: 3}, status: 'applied', offset: 0}], {o: 1});
+  s.lastIds.set('o', 1);
+  await until('version 1', () => c.version === 1);
+  assert.deepEqual(c.query({item: {collection: 'notes', id: 'n1'}}), {data: {text: 'from main'}, meta: {}});
+  assert.deepEqual(seen, [0, 1]);
+  // Later versions apply on top, as usual.
+  await s.decide('g2', [{client: 'o', id: 2, name: 'item.put', args: {collection: 'notes', id: 'n2', data: 2}, ts: 0}]);
+  await until('version 2', () => c.version === 2);
+  assert.deepEqual(errs, []);
+  assert.deepEqual(clientView(c), serverView(s));
+  await c.close();
 });
 
 test('a dropped push is resent after a gap rejection; ids stay dense and nothing is duplicated', async () => {
