@@ -3,9 +3,9 @@ package webui
 import (
 	"bytes"
 	"io"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
