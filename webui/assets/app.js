@@ -538,12 +538,8 @@ class ProjectView {
   onRejected(m) {
     this.rejected.unshift(m);
     this.rejected.length = Math.min(this.rejected.length, 50);
-    if (m.mine && m.reason !== "gap") {
-      // Refused for good: the client rolls it back and rejects its promise.
-      const a = this.argsOf.get(m.id);
-      this.decided.unshift({ id: m.id, name: m.name, status: "rejected", reason: m.reason, message: m.message, what: a ? describe(a.name, a.args) : "" });
-      this.renderOutcomes();
-    }
+    // This tab's own (other than a gap, which the client resends) also
+    // rejects its mutate(): "Your edits" shows it from there.
     this.renderTimeline();
   }
 
@@ -579,7 +575,6 @@ class ProjectView {
       let detail = "";
       if (d.status === "applied") detail = `in v${d.version}`;
       else if (d.status === "error") detail = `in v${d.version}, rolled back: ${d.code}: ${d.message}`;
-      else if (d.status === "rejected") detail = `${d.reason}: ${d.message} (rolled back)`;
       else if (d.status === "refused") detail = `${d.code}: ${d.message}${d.hint ? ` (${d.hint})` : ""} (rolled back)`;
       rows.push(h("li", { dataset: { id: d.id ?? "", status: d.status } },
         h("span", { class: "badge " + d.status }, d.status),
