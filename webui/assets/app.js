@@ -34,8 +34,9 @@ function h(tag, attrs = {}, ...children) {
 }
 
 function errorBox(e, what) {
-  const msg = e instanceof ApiError ? `${e.code}: ${e.message}` : e.message || String(e);
-  return h("div", { class: "error", role: "alert" }, what ? `${what}: ` : "", msg, e.hint ? h("div", { class: "hint" }, e.hint) : null);
+  const msg = e.code ? `${e.code}: ${e.message}` : e.message || String(e);
+  const hint = e.hint || e.details?.hint; // an ApiError's, or a CanonError's (the client's)
+  return h("div", { class: "error", role: "alert" }, what ? `${what}: ` : "", msg, hint ? h("div", { class: "hint" }, hint) : null);
 }
 
 const enc = encodeURIComponent;
@@ -400,8 +401,11 @@ class ProjectView {
       authFailed(Object.assign(new ApiError(401, { code: e.code, message: e.message, hint: e.details?.hint }), {}));
       return;
     }
+    // What the client handles itself needs no word here.
+    if (e.code === "version_gap" || e.code === "push_unavailable") return;
     this.problem = e;
     this.renderStatus();
+    this.renderOutcomes();
   }
 
   onEvent(e) {
@@ -421,6 +425,7 @@ class ProjectView {
         this.setPending(e.pending);
         break;
       case "outcome": {
+        this.problem = null; // an edit went through: what was reported is over
         const a = this.argsOf.get(e.id);
         this.decided.unshift({ ...e, what: a ? describe(a.name, a.args) : "" });
         this.decided.length = Math.min(this.decided.length, 50);
@@ -581,6 +586,7 @@ class ProjectView {
         d.id ? ` #${d.id}` : "", ` ${d.name} ${d.what}`,
         h("div", { class: "detail" }, detail)));
     }
+    if (this.problem) rows.unshift(h("li", { id: "problem" }, errorBox(this.problem, "The client")));
     this.outcomes.replaceChildren(...rows.slice(0, 80));
     if (!rows.length) this.outcomes.replaceChildren(h("li", { class: "muted" }, "Nothing yet: edit an item."));
   }
