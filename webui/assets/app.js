@@ -1,6 +1,7 @@
 // Canon's web UI: projects, a project's items and version timeline kept
-// live over the websocket, edits pushed on it with their outcomes, any
-// past version, and an item's history with diffs. Routes live in the URL
+// live, edits made through @canon/client (canon.js: optimistic, kept in
+// IndexedDB until Canon decides them) with their outcomes, any past
+// version, and an item's history with diffs. Routes live in the URL
 // fragment: #/ (projects), #/p/ORG/PROJECT?branch=&at= (a project, at a
 // past version with at=), #/p/ORG/PROJECT/i/COLLECTION/ID?branch= (an
 // item's history). #token=… (alone or as a parameter of a route) stores
