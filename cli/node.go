@@ -207,6 +207,8 @@ type sequencerTuning struct {
 	// --gather-fresh (sequencer.Config.GatherWait, GatherFresh).
 	gatherWait  time.Duration
 	gatherFresh bool
+	// pushWait is the hidden --push-wait (sequencer.Config.PushWait).
+	pushWait time.Duration
 	// standbys is --standbys: partitions kept warm beside the owned ones.
 	standbys int
 }

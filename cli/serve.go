@@ -84,7 +84,10 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	// Hidden: measured by canon-bench (issue 22), not settled.
 	cmd.Flags().DurationVar(&f.seq.gatherWait, "gather-wait", 0, "how long a sequencer transaction waits for more records (0: the sequencer's default)")
 	cmd.Flags().BoolVar(&f.seq.gatherFresh, "gather-fresh", false, "wait --gather-wait after a poll that waited for its records too")
+	cmd.Flags().DurationVar(&f.seq.pushWait, "push-wait", 0,
+		"with the producer role in the process: how long a sequencer transaction waits for the records being pushed to its partitions (0: the sequencer's default, negative: never)")
 	_ = cmd.Flags().MarkHidden("gather-wait")
+	_ = cmd.Flags().MarkHidden("push-wait")
 	_ = cmd.Flags().MarkHidden("gather-fresh")
 	_ = cmd.Flags().MarkHidden("session-timeout")
 	_ = cmd.Flags().MarkHidden("transaction-timeout")
