@@ -305,6 +305,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflig
 		GatherFresh:        n.seq.gatherFresh,
 		Inflight:           inflight,
 		PushWait:           n.seq.pushWait,
+		Linger:             n.seq.linger,
 		Log:                n.log,
 		Registerer:         n.registry,
 	})
