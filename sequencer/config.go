@@ -29,7 +29,7 @@ const (
 	DefaultMaxBatchTime    = 20 * time.Millisecond
 	DefaultLinger          = time.Millisecond
 	DefaultGatherWait      = 2 * time.Millisecond
-	DefaultPushWait        = 3 * time.Millisecond
+	DefaultPushWait        = 6 * time.Millisecond
 	DefaultSessionTimeout  = 8 * time.Second
 	DefaultTxnTimeout      = 30 * time.Second
 	DefaultRestoreBatch    = 2000
@@ -109,7 +109,7 @@ type Config struct {
 	// stale poll. Nil (the producer runs elsewhere) keeps GatherWait.
 	Inflight *kafka.Inflight
 	// PushWait bounds how long a transaction waits for the records that
-	// Inflight says are coming, from its first poll; default 3ms,
+	// Inflight says are coming, from its first poll; default 6ms,
 	// negative ignores Inflight.
 	PushWait time.Duration
 	// Linger is the producer linger; default 1ms. Records of a batch are
