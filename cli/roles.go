@@ -14,6 +14,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/checkpoint"
+	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/history"
 	"github.com/canon-sync/canon/readapi"
@@ -134,10 +135,17 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 	if ckpts != nil {
 		restoreFrom = ckpts
 	}
+	// With the producer and the sequencer in one process, the producer
+	// tells the sequencer what it is writing to canon.mutations, so that
+	// transactions wait for those records and only for those.
+	var inflight *kafka.Inflight
+	if has("producer") && has("sequencer") {
+		inflight = kafka.NewInflight(n.topics.Partitions)
+	}
 	// 2. The sequencer.
 	var seq *sequencer.Sequencer
 	if has("sequencer") {
-		if seq, err = n.newSequencer(a.store, restoreFrom); err != nil {
+		if seq, err = n.newSequencer(a.store, restoreFrom, inflight); err != nil {
 			return nil, fmt.Errorf("role sequencer: %w", err)
 		}
 		if ckpts != nil {
@@ -195,7 +203,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			}
 			return st.WaitApplied(ctx, p, next)
 		}
-		if prod, err = n.newProducer("canon-producer", readable); err != nil {
+		if prod, err = n.newProducer("canon-producer", readable, inflight); err != nil {
 			return nil, fmt.Errorf("role producer: %w", err)
 		}
 		undo = append(undo, prod.Close)
@@ -209,7 +217,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		if pusher == nil {
 			// Pushes on the socket through a producer of the websocket's
 			// own, which no HTTP route serves.
-			if pusher, err = n.newProducer("canon-live-producer", nil); err != nil {
+			if pusher, err = n.newProducer("canon-live-producer", nil, nil); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			undo = append(undo, pusher.Close)
@@ -267,7 +275,7 @@ func (n *node) openStore() (*store.Store, error) {
 }
 
 // newSequencer is the sequencer role's sequencer, on st.
-func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequencer.Sequencer, error) {
+func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflight *kafka.Inflight) (*sequencer.Sequencer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
 	// The instance id lives with the store: a restart on the same data
@@ -295,6 +303,9 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequ
 		TransactionTimeout: n.seq.txnTimeout,
 		GatherWait:         n.seq.gatherWait,
 		GatherFresh:        n.seq.gatherFresh,
+		Inflight:           inflight,
+		PushWait:           n.seq.pushWait,
+		Linger:             n.seq.linger,
 		Log:                n.log,
 		Registerer:         n.registry,
 	})
@@ -303,7 +314,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequ
 // newProducer is a producer that follows the changelog (?wait=applied and
 // the 409 for a client group owned by another principal); readable is
 // its Config.Readable.
-func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error) (*producer.Producer, error) {
+func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error, inflight *kafka.Inflight) (*producer.Producer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = clientID
 	return producer.New(producer.Config{
@@ -316,6 +327,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
 		Readable:       readable,
 		CheckBundle:    checkBundle(n.bundleOpts),
+		Inflight:       inflight,
 	})
 }
 

@@ -52,6 +52,10 @@ type Sequencer struct {
 	nextTry     map[int32]time.Time
 	decidedUpTo map[int32]int64
 	warned      map[int32]bool
+	// consumed is, per partition, the offset after the last record
+	// polled in this session since the last abort, for comparing with
+	// Config.Inflight.
+	consumed map[int32]int64
 	// openSince is when a restore first saw a transaction of another
 	// instance open on a changelog partition, by "partition/producer id".
 	openSince map[string]time.Time
@@ -94,6 +98,7 @@ func New(cfg Config) (*Sequencer, error) {
 		nextTry:     map[int32]time.Time{},
 		decidedUpTo: map[int32]int64{},
 		warned:      map[int32]bool{},
+		consumed:    map[int32]int64{},
 		openSince:   map[string]time.Time{},
 		static:      static,
 		standbyWake: make(chan struct{}, 1),
@@ -313,6 +318,7 @@ func (s *Sequencer) dropOwnership() {
 	clear(s.nextTry)
 	clear(s.decidedUpTo)
 	clear(s.warned)
+	clear(s.consumed)
 	clear(s.openSince)
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
@@ -424,6 +430,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 				"partitions", slices.Sorted(maps.Keys(waiting)), "retry_in", restoreRetry, "err", err)
 		}
 		recs := fetches.Records()
+		s.noteConsumed(recs)
 		if slices.ContainsFunc(recs, func(r *kgo.Record) bool { return waiting[r.Partition] }) {
 			// Records of a partition that is not restored were fetched
 			// before it was paused: deciding them could publish a version
@@ -446,6 +453,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 // abort ends an empty or failed transaction, rewinding the consumed
 // offsets to the committed ones so the records are polled again.
 func (s *Sequencer) abort(ctx context.Context, sess *kgo.GroupTransactSession) (bool, error) {
+	clear(s.consumed) // the session rewinds to the committed offsets
 	if err := sess.Begin(); err != nil {
 		return false, fmt.Errorf("%w: begin: %w", errSession, err)
 	}
@@ -545,6 +553,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		}
 		s.m.txnAborted.WithLabelValues(cause).Inc()
 		s.decider.Reset()
+		clear(s.consumed) // the session rewinds to the committed offsets
 		return nil
 	}
 	s.m.txnSeconds.Observe(time.Since(start).Seconds())
@@ -591,29 +600,60 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 // more grows a transaction's batch with records that are already
 // fetched, while the batch is under MaxBatchRecords and MaxBatchDuration
 // and no partition waits for a restore (its records must not be decided
-// before it). It waits for new ones only after a stale first poll, and
-// for at most GatherWait: the fetch issued when that poll took the
-// buffered one brings what reached the broker since.
+// before it). It waits for new ones only when more are known to be on
+// their way (Config.Inflight), until PushWait from the first poll, or,
+// without Inflight, after a stale first poll, for at most GatherWait: the
+// fetch issued when that poll took the buffered one brings what reached
+// the broker since.
 func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time, stale bool) ([]*kgo.Record, error) {
 	left := s.cfg.MaxBatchRecords - decided
 	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration {
 		return nil, nil
 	}
-	gather := sess.Client().BufferedFetchRecords() == 0
-	if gather && ((!stale && !s.cfg.GatherFresh) || s.cfg.GatherWait <= 0) {
-		return nil, nil
-	}
 	if len(s.pendingRestores()) > 0 {
 		return nil, nil
 	}
-	pctx := ctx
-	if gather {
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, s.cfg.GatherWait)
-		defer cancel()
-		s.m.gathers.Inc()
+	// deadline is how long to wait for records; zero takes only what is
+	// buffered.
+	var deadline time.Time
+	informed := s.cfg.Inflight != nil && s.cfg.PushWait > 0
+	if sess.Client().BufferedFetchRecords() == 0 {
+		switch {
+		case informed:
+			deadline = start.Add(s.cfg.PushWait)
+			if !time.Now().Before(deadline) || !s.onTheirWay() {
+				return nil, nil
+			}
+			s.m.pushWaits.Inc()
+		case (stale || s.cfg.GatherFresh) && s.cfg.GatherWait > 0:
+			deadline = time.Now().Add(s.cfg.GatherWait)
+			s.m.gathers.Inc()
+		default:
+			return nil, nil
+		}
 	}
-	recs := sess.PollRecords(pctx, left).Records()
+	var recs []*kgo.Record
+	for {
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			until := deadline
+			if informed {
+				// A record may arrive in a fetch before its producer
+				// counted its acknowledgement: look at the counts again
+				// every inflightRecheck rather than wait for nothing.
+				if next := time.Now().Add(inflightRecheck); next.Before(until) {
+					until = next
+				}
+			}
+			pctx, cancel = context.WithDeadline(ctx, until)
+		}
+		recs = sess.PollRecords(pctx, left).Records()
+		cancel()
+		if len(recs) > 0 || !informed || deadline.IsZero() || !time.Now().Before(deadline) || ctx.Err() != nil || !s.onTheirWay() {
+			break
+		}
+	}
+	s.noteConsumed(recs)
 	// An assignment may have come between the check above and the poll:
 	// records of a partition that is not restored must not be decided.
 	pending := s.pendingRestores()
@@ -623,6 +663,43 @@ func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, de
 		}
 	}
 	return recs, nil
+}
+
+// inflightRecheck is how often a transaction waiting for records that
+// Config.Inflight says are coming looks at the counts again.
+const inflightRecheck = 500 * time.Microsecond
+
+// noteConsumed records how far the session polled each partition.
+func (s *Sequencer) noteConsumed(recs []*kgo.Record) {
+	if s.cfg.Inflight == nil {
+		return
+	}
+	for _, r := range recs {
+		if r.Offset >= s.consumed[r.Partition] {
+			s.consumed[r.Partition] = r.Offset + 1
+		}
+	}
+}
+
+// onTheirWay reports whether the producer of this process is writing
+// records to a partition this instance owns and has restored, or had
+// ones acknowledged past what the session polled of it.
+func (s *Sequencer) onTheirWay() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.owned {
+		if _, restoring := s.needRestore[p]; restoring {
+			continue
+		}
+		writing, acked := s.cfg.Inflight.Load(p)
+		if writing > 0 {
+			return true
+		}
+		if c, ok := s.consumed[p]; ok && acked > c {
+			return true
+		}
+	}
+	return false
 }
 
 // staleFetch is how quickly a poll returns a fetch that was already
