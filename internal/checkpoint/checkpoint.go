@@ -186,8 +186,20 @@ const (
 	restoreDirPrefix = "canon-restore-"
 )
 
-// ManifestFormat is the format of the manifests this Canon writes.
-const ManifestFormat = 1
+// Manifest formats. ManifestFormat is the one this Canon writes; it
+// reads both.
+const (
+	// formatPebbleCheckpoint (1): the files are a Pebble checkpoint of
+	// the owner's whole store restricted to the partition (sstables that
+	// may hold other partitions' keys, several values per key, the WAL,
+	// Pebble's MANIFEST); a restore opens it and copies the partition's
+	// keys into new tables.
+	formatPebbleCheckpoint = 1
+	// ManifestFormat (2): the files are the partition's own sstables,
+	// in key order, each key once (store.ExportPartition); a restore
+	// ingests them as they are.
+	ManifestFormat = 2
+)
 
 // Manifest describes one checkpoint.
 type Manifest struct {
@@ -283,8 +295,8 @@ func (k *Bucket) readManifest(ctx context.Context, ref manifestRef) (*Manifest, 
 		return nil, fmt.Errorf("%w: manifest %s does not decode (truncated?): %w", ErrInvalid, ref.key, err)
 	}
 	switch {
-	case m.Format != ManifestFormat:
-		return nil, fmt.Errorf("%w: manifest %s has format %d, this Canon reads %d", ErrInvalid, ref.key, m.Format, ManifestFormat)
+	case m.Format != ManifestFormat && m.Format != formatPebbleCheckpoint:
+		return nil, fmt.Errorf("%w: manifest %s has format %d, this Canon reads %d and %d", ErrInvalid, ref.key, m.Format, formatPebbleCheckpoint, ManifestFormat)
 	case m.Offset != ref.offset:
 		return nil, fmt.Errorf("%w: manifest %s says offset %d, its name %d", ErrInvalid, ref.key, m.Offset, ref.offset)
 	case len(m.Files) == 0:

@@ -12,25 +12,17 @@ import (
 var errEOF = io.EOF
 
 // bucketState is what a Bucket remembers: manifests it read (they are
-// immutable), the hashes of local files it computed (sstables are
-// immutable and their numbers never reused), and the files garbage
-// collection saw unreferenced.
+// immutable), and the files garbage collection saw unreferenced.
 type bucketState struct {
 	mu        sync.Mutex
 	manifests map[string]*Manifest
-	hashes    map[string]fileHash // by local path of an sstable in the store
 	// unreferenced is when GC first saw a file that no manifest names.
 	unreferenced map[string]time.Time
 	lastGC       time.Time
 }
 
-type fileHash struct {
-	size int64
-	sum  string
-}
-
 func newBucketState() *bucketState {
-	return &bucketState{manifests: map[string]*Manifest{}, hashes: map[string]fileHash{}, unreferenced: map[string]time.Time{}}
+	return &bucketState{manifests: map[string]*Manifest{}, unreferenced: map[string]time.Time{}}
 }
 
 func (s *bucketState) manifest(key string) *Manifest {
