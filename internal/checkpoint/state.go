@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"sync"
@@ -43,15 +44,16 @@ func (s *bucketState) forgetManifest(key string) {
 	delete(s.manifests, key)
 }
 
-// sortRefs sorts manifests newest offset first, then by name (the
-// generation and writer) descending, so the order is total.
+// sortRefs sorts manifests newest offset first, then newest generation
+// (of two checkpoints of the same changelog prefix, the newer owner's),
+// then by name descending, so the order is total.
 func sortRefs(refs []manifestRef) {
 	slices.SortFunc(refs, func(a, b manifestRef) int {
-		if a.offset != b.offset {
-			if a.offset > b.offset {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(b.offset, a.offset); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.generation, a.generation); c != 0 {
+			return c
 		}
 		if a.key > b.key {
 			return -1
