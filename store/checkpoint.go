@@ -167,6 +167,9 @@ func (s *Store) IngestPartition(ctx context.Context, p int32, paths []string, of
 	if err := s.checkPartition(p); err != nil {
 		return err
 	}
+	if s.cfg.FS != nil && s.cfg.FS != vfs.Default {
+		return fmt.Errorf("%w: ingesting tables needs the operating system's file system", ErrInvalid)
+	}
 	if len(paths) == 0 {
 		return fmt.Errorf("%w: no table to ingest for partition %d", ErrInvalid, p)
 	}
