@@ -149,7 +149,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			return nil, fmt.Errorf("role sequencer: %w", err)
 		}
 		if ckpts != nil {
-			r, err := n.checkpointRunner(ckpts, seq.Owned)
+			r, err := n.checkpointRunner(ckpts, seq.Owned, seq.Generation)
 			if err != nil {
 				return nil, usageError{err}
 			}

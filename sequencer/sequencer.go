@@ -44,6 +44,7 @@ type Sequencer struct {
 	wake        context.CancelFunc // interrupts the current poll, so that new partitions are restored at once
 	joined      bool               // the session got its first assignment (possibly empty)
 	running     atomic.Bool
+	generation  atomic.Int32 // of the latest assignment
 
 	// Used by the poll loop only: when a partition whose restore failed
 	// is tried again; the highest input offset of each restored partition
@@ -151,6 +152,16 @@ func (s *Sequencer) Serves(p int32) bool {
 	return s.owned[p] && !restoring
 }
 
+// Generation is the consumer group generation of this instance's latest
+// assignment (-1 when not running): checkpoints of its partitions carry
+// it, so that a newer owner's checkpoint wins over a zombie's.
+func (s *Sequencer) Generation() int32 {
+	if !s.running.Load() {
+		return -1
+	}
+	return s.generation.Load()
+}
+
 // Owned returns the partitions this instance owns and has restored, in
 // order: the ones it decides, and takes checkpoints of.
 func (s *Sequencer) Owned() []int32 {
@@ -245,7 +256,9 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+func (s *Sequencer) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	_, gen := cl.GroupMetadata()
+	s.generation.Store(gen)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.joined = true // called after every join, even with nothing new
