@@ -357,7 +357,11 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// Canon's records reach 2 MiB (a mutation with a large item body);
 		// the topics accept 4 MiB.
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Canon's balancer gives a dead owner's partitions to the member
+		// with the warmest copy (balancer.go); cooperative-sticky is the
+		// common protocol while a rolling upgrade brings it to every
+		// member.
+		kgo.Balancers(&warmBalancer{copies: s.copies}, kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
 		// A member that died is expired after the session timeout; the
 		// others learn of the rebalance at their next heartbeat.
