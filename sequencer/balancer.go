@@ -42,6 +42,9 @@ const warmProtocol = "canon-warm-v1"
 // this member's store holds, at each join.
 type warmBalancer struct {
 	copies func() map[int32]int64
+	// synced, when set, is told the member's whole assignment at each
+	// sync, before the assignment callbacks run.
+	synced func(map[string][]int32)
 }
 
 var _ kgo.GroupBalancer = (*warmBalancer)(nil)
@@ -68,8 +71,12 @@ func (w *warmBalancer) JoinGroupMetadata(interests []string, current map[string]
 	return meta.AppendTo(nil)
 }
 
-func (*warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
-	return kgo.ParseConsumerSyncAssignment(assignment)
+func (w *warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	a, err := kgo.ParseConsumerSyncAssignment(assignment)
+	if err == nil && w.synced != nil {
+		w.synced(a)
+	}
+	return a, err
 }
 
 func (w *warmBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
@@ -307,4 +314,42 @@ func (s *Sequencer) copies() map[int32]int64 {
 		}
 	}
 	return out
+}
+
+// synced notes the whole assignment of the session's latest sync (the
+// warm balancer's, see onAssigned).
+func (s *Sequencer) synced(a map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.syncedAssignment = map[int32]bool{}
+	for _, p := range a[s.cfg.Topics.Mutations] {
+		s.syncedAssignment[p] = true
+	}
+}
+
+// dropUnassignedLocked forgets the owned partitions that the latest sync
+// did not assign, as onRevoked would have; s.mu is held. franz-go's
+// GroupTransactSession calls OnPartitionsRevoked once per transaction:
+// a second cooperative revocation before the session's next End (two
+// rebalances in a row while instances join) never reaches the callback,
+// and the instance would keep counting, serving reads of and
+// checkpointing a partition another instance owns. The session aborts
+// its next commit after the first revocation anyway, so nothing of the
+// dropped partition is committed by this instance.
+func (s *Sequencer) dropUnassignedLocked() {
+	if s.syncedAssignment == nil {
+		return // not the warm balancer's protocol: only the callbacks tell
+	}
+	var gone []int32
+	for p := range s.owned {
+		if !s.syncedAssignment[p] {
+			gone = append(gone, p)
+			delete(s.owned, p)
+			delete(s.needRestore, p)
+		}
+	}
+	if len(gone) > 0 {
+		slices.Sort(gone)
+		s.log.Info("partitions revoked", "partitions", gone, "by", "sync")
+	}
 }

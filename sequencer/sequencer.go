@@ -71,6 +71,9 @@ type Sequencer struct {
 	standbyMu   sync.Mutex
 	standbyGen  uint64
 	standbyDone chan struct{}
+	// syncedAssignment is the whole assignment of the latest sync, under
+	// mu (balancer.go); nil while unknown.
+	syncedAssignment map[int32]bool
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -244,6 +247,7 @@ func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.joined = true // called after every join, even with nothing new
+	s.dropUnassignedLocked()
 	for _, p := range assigned[s.cfg.Topics.Mutations] {
 		s.owned[p] = true
 		s.markRestoreLocked(p)
@@ -314,6 +318,7 @@ func (s *Sequencer) dropOwnership() {
 	clear(s.decidedUpTo)
 	clear(s.warned)
 	clear(s.openSince)
+	s.syncedAssignment = nil
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
@@ -361,7 +366,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// with the warmest copy (balancer.go); cooperative-sticky is the
 		// common protocol while a rolling upgrade brings it to every
 		// member.
-		kgo.Balancers(&warmBalancer{copies: s.copies}, kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(&warmBalancer{copies: s.copies, synced: s.synced}, kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
 		// A member that died is expired after the session timeout; the
 		// others learn of the rebalance at their next heartbeat.
