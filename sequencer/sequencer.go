@@ -71,6 +71,11 @@ type Sequencer struct {
 	standbyMu   sync.Mutex
 	standbyGen  uint64
 	standbyDone chan struct{}
+	// standbyLags is the last known lag of each standby copy, and
+	// standbyMeasured the copies the LagWatch has measured (under
+	// standbyMu).
+	standbyLags     map[int32]int64
+	standbyMeasured map[int32]bool
 	// syncedAssignment is the whole assignment of the latest sync, under
 	// mu (balancer.go); nil while unknown.
 	syncedAssignment map[int32]bool
@@ -191,7 +196,10 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = s.standbyLagWatch().Run(sctx) })
 			s.runStandbys(sctx)
+			wg.Wait()
 		}()
 		defer func() {
 			cancel()

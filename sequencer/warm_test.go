@@ -2,6 +2,7 @@ package sequencer_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"regexp"
@@ -53,6 +54,23 @@ func TestIntegrationWarmAssignment(t *testing.T) {
 	owned := a.ownedFromLog()
 	canontest.Wait(t, ctx, "a history on a's partition", func() (bool, error) {
 		return cl.records(owned) >= 1500, nil
+	})
+	// /readyz lists b's copies: its own partition and two standbys, each
+	// measured against the changelog as it is now (a few records behind
+	// under load, not the thousands of the history).
+	canontest.Wait(t, ctx, "b's /readyz listing its owned and standby copies, measured", func() (bool, error) {
+		lags, err := readyzLags(b)
+		if err != nil {
+			return false, err
+		}
+		roles := map[string]int{}
+		for _, l := range lags["sequencer"] {
+			if l.Records < 0 || l.Records > 500 {
+				return false, nil
+			}
+			roles[l.Role]++
+		}
+		return roles["owner"] == 1 && roles["standby"] == 2, nil
 	})
 	cOwned := c.ownedFromLog()
 	to := killAndTakeOver(t, ctx, e, cl, a, b)
@@ -131,7 +149,9 @@ func TestIntegrationTakeoverTimes(t *testing.T) {
 			canontest.Wait(t, ctx, heir.Name()+"'s copy of partition 0 caught up", func() (bool, error) {
 				n, err1 := heir.Metric("canon_sequencer_standby_partitions")
 				lag, err2 := heir.Metric("canon_sequencer_standby_lag_records")
-				return err1 == nil && err2 == nil && n == 1 && lag == 0, nil
+				// Measured against the changelog now: under load, a copy
+				// that keeps up is a transaction or two behind.
+				return err1 == nil && err2 == nil && n == 1 && lag < 50, nil
 			})
 		}
 		before := cl.records([]int32{hp})
@@ -237,4 +257,27 @@ func roundAll(ds []time.Duration) []string {
 		out[i] = fmt.Sprintf("%.2f", d.Seconds())
 	}
 	return out
+}
+
+// readyzLags reads the per-partition lags of p's /readyz.
+func readyzLags(p *seqProc) (map[string][]struct {
+	Role      string `json:"role"`
+	Partition int32  `json:"partition"`
+	Records   int64  `json:"records"`
+}, error) {
+	_, body, err := p.Get("/readyz")
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Lags map[string][]struct {
+			Role      string `json:"role"`
+			Partition int32  `json:"partition"`
+			Records   int64  `json:"records"`
+		} `json:"lags"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return nil, fmt.Errorf("/readyz of %s: %w: %s", p.Name(), err, body)
+	}
+	return resp.Lags, nil
 }
