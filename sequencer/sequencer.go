@@ -251,7 +251,9 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+func (s *Sequencer) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	// Before franz-go fetches the new partitions' offsets (takeover.go).
+	s.fenceGoneOwners(ctx, cl, assigned[s.cfg.Topics.Mutations])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.joined = true // called after every join, even with nothing new
