@@ -219,7 +219,7 @@ var logTime = regexp.MustCompile(`(?m)^time=(\S+) .*$`)
 // is the changelog's.
 func breakdown(log string, to takeover, p int32) string {
 	var heard, assigned, restored time.Time
-	restoredLine := fmt.Sprintf(`msg="partition restored" partition=%d `, p)
+	partition := fmt.Sprintf(` partition=%d `, p)
 	for _, m := range logTime.FindAllStringSubmatch(log, -1) {
 		ts, err := time.Parse(time.RFC3339Nano, m[1])
 		if err != nil || ts.Before(to.at) {
@@ -231,7 +231,7 @@ func breakdown(log string, to takeover, p int32) string {
 			heard = ts
 		case assigned.IsZero() && strings.Contains(line, `msg="partitions assigned"`):
 			assigned = ts
-		case restored.IsZero() && strings.Contains(line, restoredLine):
+		case restored.IsZero() && strings.Contains(line, `msg="partition restored"`) && strings.Contains(line, partition):
 			restored = ts
 		}
 	}
