@@ -15,6 +15,7 @@ import (
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/checkpoint"
 	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/ops"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/history"
 	"github.com/canon-sync/canon/readapi"
@@ -156,6 +157,13 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			add("checkpoints", r.Run)
 		}
 		n.ready.Add("sequencer", seq.Ready)
+		n.ready.AddLags("sequencer", func() []ops.PartitionLag {
+			var out []ops.PartitionLag
+			for _, l := range seq.Lags() {
+				out = append(out, ops.PartitionLag{Role: l.Role, Partition: l.Partition, Records: l.Records})
+			}
+			return out
+		})
 		add("sequencer", func(ctx context.Context) error {
 			err := seq.Run(ctx)
 			if errors.Is(err, sequencer.ErrDuplicateInstance) {
@@ -185,6 +193,14 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			n.ready.Add("readapi-replica", rep.Ready)
+			n.ready.AddLags("readapi-replica", func() []ops.PartitionLag {
+				lags := rep.Lags()
+				out := make([]ops.PartitionLag, 0, len(lags))
+				for _, p := range slices.Sorted(maps.Keys(lags)) {
+					out = append(out, ops.PartitionLag{Role: "replica", Partition: p, Records: lags[p]})
+				}
+				return out
+			})
 			add("readapi-replica", rep.Run)
 			reads = func(p int32) bool { return partitions == nil || slices.Contains(partitions, p) }
 		}

@@ -112,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.standbyLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "canon", Subsystem: "sequencer", Name: "standby_lag_records",
-		Help: "Changelog records a standby partition's copy is behind the last stable offset its follower started at.",
+		Help: "Changelog offsets a standby partition's copy is behind the last stable offset, measured every 2s.",
 	}, []string{"partition"})
 	if reg != nil {
 		reg.MustRegister(m.standbys, m.standbyLag)

@@ -76,6 +76,14 @@ type Sequencer struct {
 	standbyMu   sync.Mutex
 	standbyGen  uint64
 	standbyDone chan struct{}
+	// standbyLags is the last known lag of each standby copy, and
+	// standbyMeasured the copies the LagWatch has measured (under
+	// standbyMu).
+	standbyLags     map[int32]int64
+	standbyMeasured map[int32]bool
+	// syncedAssignment is the whole assignment of the latest sync, under
+	// mu (balancer.go); nil while unknown.
+	syncedAssignment map[int32]bool
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -204,7 +212,10 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = s.standbyLagWatch().Run(sctx) })
 			s.runStandbys(sctx)
+			wg.Wait()
 		}()
 		defer func() {
 			cancel()
@@ -256,12 +267,15 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sequencer) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+func (s *Sequencer) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	_, gen := cl.GroupMetadata()
 	s.generation.Store(gen)
+	// Before franz-go fetches the new partitions' offsets (takeover.go).
+	s.fenceGoneOwners(ctx, cl, assigned[s.cfg.Topics.Mutations])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.joined = true // called after every join, even with nothing new
+	s.dropUnassignedLocked()
 	for _, p := range assigned[s.cfg.Topics.Mutations] {
 		s.owned[p] = true
 		s.markRestoreLocked(p)
@@ -333,6 +347,7 @@ func (s *Sequencer) dropOwnership() {
 	clear(s.warned)
 	clear(s.consumed)
 	clear(s.openSince)
+	s.syncedAssignment = nil
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
@@ -376,7 +391,11 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// Canon's records reach 2 MiB (a mutation with a large item body);
 		// the topics accept 4 MiB.
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Canon's balancer gives a dead owner's partitions to the member
+		// with the warmest copy (balancer.go); cooperative-sticky is the
+		// common protocol while a rolling upgrade brings it to every
+		// member.
+		kgo.Balancers(&warmBalancer{copies: s.copies, synced: s.synced}, kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
 		// A member that died is expired after the session timeout; the
 		// others learn of the rebalance at their next heartbeat.
