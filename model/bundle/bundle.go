@@ -395,6 +395,7 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, now int64) error
 	v.arm(b.opts)
 	doing := "mutator " + name
 	r, err := v.run.Call(quickjs.UndefinedValue, name, string(args), now)
+	v.repanic()
 	if err != nil {
 		return v.budgetErr(err, b.opts, doing)
 	}
@@ -403,14 +404,18 @@ func (b *Bundle) call(v *vm, name string, args json.RawMessage, now int64) error
 	// run in a later mutation. No job waits on anything outside (no timers,
 	// no I/O), so a promise still pending then never settles.
 	if lib.XJS_IsJobPending(v.tls, v.rt) != 0 {
-		if _, err := v.js.ExecutePendingJobs(); err != nil {
+		_, err := v.js.ExecutePendingJobs()
+		v.repanic()
+		if err != nil {
 			v.broken = true
 			return v.budgetErr(err, b.opts, doing)
 		}
 	}
 	pending, err := outcome(r)
 	if pending {
-		if r, err = v.settle.Call(quickjs.UndefinedValue); err != nil {
+		r, err = v.settle.Call(quickjs.UndefinedValue)
+		v.repanic()
+		if err != nil {
 			return v.budgetErr(err, b.opts, doing)
 		}
 		if pending, err = outcome(r); pending {
