@@ -48,8 +48,15 @@ func (s *Sequencer) deploy(ctx context.Context, sess *kgo.GroupTransactSession, 
 	if cur != nil && cur.Hash() == d.Hash {
 		return "duplicate", nil // the active bundle again: nothing changes
 	}
-	set, err := s.cfg.Bundles.Compile([]byte(d.Bundle))
+	// An org deploy comes to every partition: compile it once (the
+	// decoder checked that d.Hash is the bundle's hash). Compiling it for
+	// each partition cost an engine start and esbuild's transform each,
+	// on the transaction's critical path.
+	set, err := s.cfg.Bundles.Get(d.Hash, func() ([]byte, error) { return []byte(d.Bundle), nil })
 	if err != nil {
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // the compile error, without Get's "compile bundle HASH"
+		}
 		s.reject(ctx, sess, b, r, &schemas.Rejected{Reason: schemas.ReasonBadBundle, Schema: schema,
 			Message: fmt.Sprintf("bundle %s of %s does not compile: %v", d.Hash, scopeName(d.Org, d.Project), err)})
 		return "rejected", nil

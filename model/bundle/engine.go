@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,9 @@ type meter struct {
 	// malloc and realloc are the engine's own allocator functions, which
 	// enforce its memory limit; trackedMalloc and trackedRealloc wrap them.
 	malloc, realloc uintptr
+	// vm is the VM the host functions serve (hostCall finds it through
+	// the allocator state's opaque pointer, which points to the meter).
+	vm *vm
 }
 
 // vm is one QuickJS instance with the sandbox and the bundle loaded. It
@@ -65,6 +69,12 @@ type vm struct {
 	// broken is set when the VM must not be reused: a budget was hit, or
 	// a job drain was cut short.
 	broken bool
+	// panicked is what a host function panicked with: the mutation's
+	// JavaScript was stopped, and the panic goes on from Bundle.call.
+	panicked any
+	// atomMessage and atomCode name the properties of a host error.
+	atomMessage, atomCode lib.TJSAtom
+	atoms                 bool
 }
 
 // interruptHandler is QuickJS's interrupt callback (JS_SetInterruptHandler):
@@ -163,18 +173,9 @@ func newVM(loader string, opts Options) (_ *vm, err error) {
 	m.malloc, m.realloc = mc.Fmf.Fjs_malloc, mc.Fmf.Fjs_realloc
 	mc.Fmalloc_state.Fopaque = v.meter
 	mc.Fmf.Fjs_malloc, mc.Fmf.Fjs_realloc = mallocPtr, reallocPtr
-	for name, fn := range map[string]quickjs.HostFunc{
-		"__canon_get":        v.hostGet,
-		"__canon_put":        v.hostPut,
-		"__canon_delete":     v.hostDelete,
-		"__canon_scalar":     v.hostScalar,
-		"__canon_set_scalar": v.hostSetScalar,
-		"__canon_charge":     v.hostCharge,
-		"__canon_mutation":   v.hostMutation,
-	} {
-		if err := js.RegisterHostFunc(name, fn); err != nil {
-			return nil, fmt.Errorf("start JavaScript engine: %w", err)
-		}
+	m.vm = v
+	if err := v.defineHost(); err != nil {
+		return nil, fmt.Errorf("start JavaScript engine: %w", err)
 	}
 	v.arm(opts)
 	if _, err := js.Eval(loader, quickjs.EvalGlobal); err != nil {
@@ -246,6 +247,15 @@ func (v *vm) arm(opts Options) {
 	lib.XJS_SetMemoryLimit(v.tls, v.rt, libc.Tsize_t(used+opts.MemoryBudget))
 }
 
+// repanic goes on with the panic of a host function, which stopped the
+// JavaScript that called it: the VM is not reused.
+func (v *vm) repanic() {
+	if p := v.panicked; p != nil {
+		v.panicked, v.broken = nil, true
+		panic(p)
+	}
+}
+
 func (v *vm) overCPU() bool { return (*meter)(cptr(v.meter)).exceeded != 0 }
 
 func (v *vm) overMemory() bool { return (*meter)(cptr(v.meter)).oom != 0 }
@@ -286,6 +296,10 @@ func (v *vm) close() {
 			v.settle.Free()
 			v.names.Free()
 		}
+		if v.atoms {
+			lib.XJS_FreeAtom(v.tls, v.ctx, v.atomMessage)
+			lib.XJS_FreeAtom(v.tls, v.ctx, v.atomCode)
+		}
 		// The runtime may allocate through the meter's functions while it
 		// frees itself: the meter goes after it.
 		v.js.Close()
@@ -295,172 +309,286 @@ func (v *vm) close() {
 	v.m, v.meter = nil, 0
 }
 
-// The host functions answer the prelude in the small string protocol it
-// documents: "V" + JSON, "N", "T"/"F", "" or "E" + {"code","message"}.
+// The host functions are one C function of the engine, hostCall, told
+// apart by its magic number: no reflection, no conversion of arguments to
+// Go values but the strings read, and an item reaches the VM as the
+// engine's own parse of its JSON. The prelude (the only caller: the
+// functions are gone from the global object before a bundle runs) passes
+// strings it checked, and a number to charge. They answer a value, null
+// for none, and throw an Error with a code for a failure.
+const (
+	hostGet = iota
+	hostHas
+	hostPut
+	hostDelete
+	hostScalar
+	hostSetScalar
+	hostCharge
+	hostMutation
+)
 
-func (v *vm) hostError(err error) (any, error) {
-	b, _ := json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{model.ErrorCode(err), err.Error()})
-	return "E" + string(b), nil
+// hostFuncs are the global names (NUL-terminated for the engine) and
+// argument counts of the host functions; the index is the magic number.
+var hostFuncs = [...]struct {
+	name string
+	args int32
+}{
+	hostGet:       {"__canon_get\x00", 2},
+	hostHas:       {"__canon_has\x00", 2},
+	hostPut:       {"__canon_put\x00", 4},
+	hostDelete:    {"__canon_delete\x00", 2},
+	hostScalar:    {"__canon_scalar\x00", 1},
+	hostSetScalar: {"__canon_set_scalar\x00", 2},
+	hostCharge:    {"__canon_charge\x00", 1},
+	hostMutation:  {"__canon_mutation\x00", 0},
 }
 
-func (v *vm) live() error {
-	if v.tx == nil {
-		return errors.New("the tx is used after its mutator returned")
+var (
+	hostCallFunc = hostCall
+	hostCallPtr  = *(*uintptr)(unsafe.Pointer(&hostCallFunc))
+)
+
+// cString is a NUL-terminated Go string constant as the engine reads it:
+// static data, never moved or collected.
+func cString(s string) uintptr { return uintptr(unsafe.Pointer(unsafe.StringData(s))) }
+
+// defineHost makes the host functions global functions, and the names
+// of the properties of the errors they throw.
+func (v *vm) defineHost() error {
+	tls, ctx := v.tls, v.ctx
+	v.atomMessage = lib.XJS_NewAtom(tls, ctx, cString("message\x00"))
+	v.atomCode = lib.XJS_NewAtom(tls, ctx, cString("code\x00"))
+	v.atoms = true
+	global := lib.XJS_GetGlobalObject(tls, ctx)
+	defer lib.XFreeValue(tls, ctx, global)
+	for op, f := range hostFuncs {
+		fn := lib.XJS_NewCFunction2(tls, ctx, hostCallPtr, cString(f.name), f.args, lib.EJS_CFUNC_generic_magic, int32(op))
+		// JS_DefinePropertyValueStr takes fn over, also when it fails.
+		if lib.XJS_DefinePropertyValueStr(tls, ctx, global, cString(f.name), fn, lib.MJS_PROP_WRITABLE|lib.MJS_PROP_CONFIGURABLE) < 0 {
+			return fmt.Errorf("define host function %s", strings.TrimSuffix(f.name, "\x00"))
+		}
 	}
 	return nil
 }
 
-func strArgs(args []any, n int) ([]string, error) {
-	if len(args) != n {
-		return nil, fmt.Errorf("%d arguments, want %d", len(args), n)
-	}
-	out := make([]string, n)
-	for i, a := range args {
-		s, ok := a.(string)
-		if !ok {
-			return nil, fmt.Errorf("argument %d is %T, not a string", i, a)
+// hostCall is the engine's C function (JSCFunctionMagic) of every host
+// function. A Go panic under it (a broken Reader, say) must not go up
+// through the engine: it stops the mutation's JavaScript with an error no
+// catch sees, and goes on from Bundle.call.
+func hostCall(tls *libc.TLS, ctx uintptr, _ lib.TJSValue, argc int32, argv uintptr, magic int32) (r lib.TJSValue) {
+	rt := (*lib.TJSRuntime)(cptr(lib.XJS_GetRuntime(tls, ctx)))
+	v := (*meter)(cptr(rt.Fmalloc_ctx.Fmalloc_state.Fopaque)).vm
+	returned := false
+	defer func() {
+		if returned {
+			return
 		}
-		out[i] = s
-	}
-	return out, nil
+		v.broken = true
+		p := recover()
+		if p == nil {
+			return // runtime.Goexit, which goes on: the VM is not reused
+		}
+		v.panicked = p
+		r = v.throw(model.CodeMutator, "the mutation was stopped: a host function panicked")
+		lib.XJS_SetUncatchableException(tls, ctx, 1)
+	}()
+	r = v.host(magic, argv)
+	returned = true
+	return r
 }
 
-// hostCharge adds the steps a built-in is about to take in native code to
-// the CPU budget; "over" when that exceeds it.
-func (v *vm) hostCharge(args []any) (any, error) {
-	if len(args) != 1 {
-		return nil, fmt.Errorf("%d arguments, want 1", len(args))
-	}
-	var n float64
-	switch x := args[0].(type) {
-	case int:
-		n = float64(x)
-	case float64:
-		n = x
-	default:
-		return nil, fmt.Errorf("argument is %T, not a number", x)
-	}
-	m := (*meter)(cptr(v.meter))
-	m.charged += int64(n/tickInterval) + 1
-	if m.polls+m.charged > m.maxPolls {
-		return "over", nil
-	}
-	return "", nil
+// arg is the i-th argument of a host call. The engine passes at least as
+// many as the function's declared count, undefined for the missing ones.
+func arg(argv uintptr, i int) lib.TJSValue {
+	return *(*lib.TJSValue)(cptr(argv + uintptr(i)*sizeofValue))
 }
 
-// hostMutation answers tx.mutation's first read: the JSON of the
-// mutation view. It is read only while the mutation's JavaScript runs
-// (its jobs included), when v.tx is set.
-func (v *vm) hostMutation(args []any) (any, error) {
-	if len(args) != 0 {
-		return nil, fmt.Errorf("%d arguments, want 0", len(args))
+var sizeofValue = unsafe.Sizeof(*new(lib.TJSValue))
+
+func (v *vm) host(op int32, argv uintptr) lib.TJSValue {
+	if op == hostCharge {
+		return v.charge(arg(argv, 0))
 	}
 	if v.tx == nil {
-		return nil, errors.New("tx.mutation is read outside a mutation")
+		if op == hostMutation {
+			return v.throw(model.CodeMutator, "tx.mutation is read outside a mutation")
+		}
+		return v.throw(model.CodeMutator, "the tx is used after its mutator returned")
 	}
-	m := v.tx.Mutation()
-	b, err := json.Marshal(mutationView{m.Org, m.Project, m.Branch, m.ClientGroup, m.Client, m.ID, m.Name})
-	if err != nil {
-		return nil, err
+	var a [4][]byte // JSON texts are used as they are, names as strings
+	var s [4]string
+	for i := range hostFuncs[op].args {
+		var ok bool
+		if a[i], ok = v.goBytes(arg(argv, int(i))); !ok {
+			return jsException
+		}
+		if op != hostPut || i < 2 {
+			s[i] = string(a[i])
+		}
 	}
-	return string(b), nil
+	switch op {
+	case hostGet, hostHas:
+		it, err := v.tx.Get(s[0], s[1])
+		switch {
+		case errors.Is(err, model.ErrNotFound):
+			if op == hostHas {
+				return jsFalse
+			}
+			return jsNull
+		case err != nil:
+			return v.throwErr(err)
+		case op == hostHas:
+			return jsTrue
+		}
+		meta := []byte(it.Meta)
+		if len(meta) == 0 {
+			meta = []byte("{}")
+		}
+		return v.parseJSON([]byte(`{"data":`), it.Data, []byte(`,"meta":`), meta, []byte("}"))
+	case hostPut:
+		it := model.Item{Data: a[2]}
+		if len(a[3]) > 0 {
+			it.Meta = a[3]
+		}
+		if err := v.tx.Put(s[0], s[1], it); err != nil {
+			return v.throwErr(err)
+		}
+		return jsNull
+	case hostDelete:
+		err := v.tx.Delete(s[0], s[1])
+		switch {
+		case errors.Is(err, model.ErrNotFound):
+			return jsFalse
+		case err != nil:
+			return v.throwErr(err)
+		}
+		return jsTrue
+	case hostScalar:
+		sc, ok := v.tx.Scalar(s[0])
+		if !ok {
+			return jsNull
+		}
+		return v.parseJSON(sc)
+	case hostSetScalar:
+		if err := v.tx.SetScalar(s[0], a[1]); err != nil {
+			return v.throwErr(err)
+		}
+		return jsNull
+	case hostMutation:
+		m := v.tx.Mutation()
+		b, err := json.Marshal(mutationView{m.Org, m.Project, m.Branch, m.ClientGroup, m.Client, m.ID, m.Name})
+		if err != nil {
+			return v.throwErr(err)
+		}
+		return v.parseJSON(b)
+	}
+	return v.throw(model.CodeMutator, fmt.Sprintf("no host function %d", op))
 }
 
-func (v *vm) hostGet(args []any) (any, error) {
-	a, err := strArgs(args, 2)
-	if err != nil {
-		return nil, err
+// charge adds the steps a built-in is about to take in native code to
+// the CPU budget; true when that exceeds it.
+func (v *vm) charge(val lib.TJSValue) lib.TJSValue {
+	p := v.tls.Alloc(8)
+	defer v.tls.Free(8)
+	if lib.XJS_ToFloat64(v.tls, v.ctx, p, val) < 0 {
+		return jsException
 	}
-	if err := v.live(); err != nil {
-		return v.hostError(err)
+	n := *(*float64)(cptr(p))
+	m := v.m
+	m.charged += int64(n/tickInterval) + 1
+	if m.polls+m.charged > m.maxPolls {
+		return jsTrue
 	}
-	it, err := v.tx.Get(a[0], a[1])
-	if errors.Is(err, model.ErrNotFound) {
-		return "N", nil
-	}
-	if err != nil {
-		return v.hostError(err)
-	}
-	var b strings.Builder
-	b.Grow(len(it.Data) + len(it.Meta) + 20)
-	b.WriteString(`V{"data":`)
-	b.Write(it.Data)
-	b.WriteString(`,"meta":`)
-	if len(it.Meta) == 0 {
-		b.WriteString("{}")
-	} else {
-		b.Write(it.Meta)
-	}
-	b.WriteString("}")
-	return b.String(), nil
+	return jsFalse
 }
 
-func (v *vm) hostPut(args []any) (any, error) {
-	a, err := strArgs(args, 4)
-	if err != nil {
-		return nil, err
+// goBytes reads a string argument as UTF-8 (lone surrogates as U+FFFD,
+// as the quickjs package reads them); false when the engine threw (out
+// of memory).
+func (v *vm) goBytes(val lib.TJSValue) ([]byte, bool) {
+	plen := v.tls.Alloc(int(unsafe.Sizeof(libc.Tsize_t(0))))
+	defer v.tls.Free(int(unsafe.Sizeof(libc.Tsize_t(0))))
+	p := lib.XJS_ToCStringLen2(v.tls, v.ctx, plen, val, 0)
+	if p == 0 {
+		return nil, false
 	}
-	if err := v.live(); err != nil {
-		return v.hostError(err)
-	}
-	it := model.Item{Data: json.RawMessage(a[2])}
-	if a[3] != "" {
-		it.Meta = json.RawMessage(a[3])
-	}
-	if err := v.tx.Put(a[0], a[1], it); err != nil {
-		return v.hostError(err)
-	}
-	return "", nil
+	defer lib.XJS_FreeCString(v.tls, v.ctx, p)
+	return wellFormed(unsafe.Slice((*byte)(cptr(p)), *(*libc.Tsize_t)(cptr(plen)))), true
 }
 
-func (v *vm) hostDelete(args []any) (any, error) {
-	a, err := strArgs(args, 2)
-	if err != nil {
-		return nil, err
+// wellFormed copies UTF-8 the engine wrote into Go memory with U+FFFD
+// for each lone surrogate, which the engine writes as the three bytes of
+// its code point (0xED 0xA0-0xBF 0x80-0xBF), as the quickjs package's
+// strings do. In valid UTF-8, 0xED is never followed by a byte above
+// 0x9F, and U+FFFD takes three bytes too.
+func wellFormed(b []byte) []byte {
+	out := bytes.Clone(b)
+	if out == nil {
+		out = []byte{}
 	}
-	if err := v.live(); err != nil {
-		return v.hostError(err)
+	for i := 0; ; {
+		j := bytes.IndexByte(out[i:], 0xed)
+		if j < 0 || i+j+2 >= len(out) {
+			break
+		}
+		i += j
+		if out[i+1] < 0xa0 {
+			i++
+			continue
+		}
+		copy(out[i:], "\uFFFD")
+		i += 3
 	}
-	err = v.tx.Delete(a[0], a[1])
-	if errors.Is(err, model.ErrNotFound) {
-		return "F", nil
-	}
-	if err != nil {
-		return v.hostError(err)
-	}
-	return "T", nil
+	return out
 }
 
-func (v *vm) hostScalar(args []any) (any, error) {
-	a, err := strArgs(args, 1)
-	if err != nil {
-		return nil, err
+// parseJSON makes the JavaScript value of the JSON text in parts, put
+// together, with the engine's parser; the exception when it threw.
+func (v *vm) parseJSON(parts ...[]byte) lib.TJSValue {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
 	}
-	if err := v.live(); err != nil {
-		return v.hostError(err)
+	buf := libc.Xmalloc(v.tls, libc.Tsize_t(n+1))
+	if buf == 0 {
+		return v.throw(CodeBudgetExceeded, "out of memory")
 	}
-	s, ok := v.tx.Scalar(a[0])
-	if !ok {
-		return "N", nil
+	defer libc.Xfree(v.tls, buf)
+	dst := unsafe.Slice((*byte)(cptr(buf)), n+1)
+	at := 0
+	for _, p := range parts {
+		at += copy(dst[at:], p)
 	}
-	return "V" + string(s), nil
+	dst[n] = 0
+	return lib.XJS_ParseJSON(v.tls, v.ctx, buf, libc.Tsize_t(n), cString("<host>\x00"))
 }
 
-func (v *vm) hostSetScalar(args []any) (any, error) {
-	a, err := strArgs(args, 2)
-	if err != nil {
-		return nil, err
+// newString makes a JavaScript string of Go text.
+func (v *vm) newString(s string) lib.TJSValue {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	buf := libc.Xmalloc(v.tls, libc.Tsize_t(max(len(s), 1)))
+	if buf == 0 {
+		return jsException
 	}
-	if err := v.live(); err != nil {
-		return v.hostError(err)
-	}
-	if err := v.tx.SetScalar(a[0], json.RawMessage(a[1])); err != nil {
-		return v.hostError(err)
-	}
-	return "", nil
+	defer libc.Xfree(v.tls, buf)
+	copy(unsafe.Slice((*byte)(cptr(buf)), len(s)), s)
+	return lib.XJS_NewStringLen(v.tls, v.ctx, buf, libc.Tsize_t(len(s)))
+}
+
+// throw throws an Error with message and code, as the prelude's fail
+// makes them, and returns the exception.
+func (v *vm) throw(code, message string) lib.TJSValue {
+	tls, ctx := v.tls, v.ctx
+	e := lib.XJS_NewError(tls, ctx)
+	// JS_DefinePropertyValue takes the value over, also when it fails
+	// (out of memory, which the memory budget reports).
+	lib.XJS_DefinePropertyValue(tls, ctx, e, v.atomMessage, v.newString(message), lib.MJS_PROP_WRITABLE|lib.MJS_PROP_CONFIGURABLE)
+	lib.XJS_DefinePropertyValue(tls, ctx, e, v.atomCode, v.newString(code), lib.MJS_PROP_C_W_E)
+	return lib.XJS_Throw(tls, ctx, e)
+}
+
+func (v *vm) throwErr(err error) lib.TJSValue {
+	return v.throw(model.ErrorCode(err), err.Error())
 }
 
 // outcome is what __canon_run or __canon_settle answered.

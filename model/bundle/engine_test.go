@@ -52,6 +52,7 @@ export default {
   "t.map": (tx) => tx.put("c", "x", {m: new Map()}),
   "t.metaarr": (tx) => tx.put("c", "x", 1, []),
   "t.badcoll": (tx) => tx.put("no/slash", "x", 1),
+  "t.catchhost": (tx) => { try { tx.put("no/slash", "x", 1); } catch (e) { tx.setScalar("caught_host", [e instanceof Error, e.name, e.code, e.message.slice(0, 8)]); } },
   "t.missing": (tx) => { if (tx.delete("c", "nope")) throw new Error("deleted what does not exist"); tx.setScalar("deleted", false); },
   "t.global": () => { globalThis.leak = 1; },
   "t.proto": () => { Object.prototype.polluted = 1; },
@@ -115,6 +116,9 @@ func TestEngine(t *testing.T) {
 		{"t.map", `{}`, "error", "invalid_args", "tx.put c/x: data.m is a Map, which is not JSON"},
 		{"t.metaarr", `{}`, "error", "invalid_args", "tx.put c/x: meta must be an object, not an array"},
 		{"t.badcoll", `{}`, "error", "invalid_args", "put item: field \"collection\""},
+		// A host function's error is an Error with the code, which a
+		// mutator can catch.
+		{"t.catchhost", `{}`, "applied", "", ""},
 		{"t.missing", `{}`, "applied", "", ""},
 		{"t.global", `{}`, "error", "mutator_error", "TypeError: object is not extensible"},
 		{"t.proto", `{}`, "error", "mutator_error", "TypeError: object is not extensible"},
@@ -132,15 +136,16 @@ func TestEngine(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"seen":    `"undefined/undefined"`,
-		"arrays":  `[0,true,[4999,5000],18893]`,
-		"floated": `true`,
-		"late":    ``,
-		"calls":   `1`, // module state is fresh for every mutation
-		"iso":     `"2026-11-27T12:00:27.000Z"`,
-		"name":    `"x"`,
-		"deleted": `false`,
-		"m":       `{"branch":"main","client":"c1","clientGroup":"g-c1","id":46,"name":"t.mutation","org":"acme","project":"p"}`,
+		"seen":        `"undefined/undefined"`,
+		"caught_host": `[true,"Error","invalid_args","put item"]`,
+		"arrays":      `[0,true,[4999,5000],18893]`,
+		"floated":     `true`,
+		"late":        ``,
+		"calls":       `1`, // module state is fresh for every mutation
+		"iso":         `"2026-11-27T12:00:27.000Z"`,
+		"name":        `"x"`,
+		"deleted":     `false`,
+		"m":           `{"branch":"main","client":"c1","clientGroup":"g-c1","id":47,"name":"t.mutation","org":"acme","project":"p"}`,
 	} {
 		h, err := w.state.Head("acme", "p", "main")
 		if err != nil {

@@ -8,6 +8,7 @@
   "use strict";
   const host = {
     get: globalThis.__canon_get,
+    has: globalThis.__canon_has,
     put: globalThis.__canon_put,
     del: globalThis.__canon_delete,
     scalar: globalThis.__canon_scalar,
@@ -15,7 +16,7 @@
     charge: globalThis.__canon_charge,
     mutation: globalThis.__canon_mutation,
   };
-  for (const k of ["__canon_get", "__canon_put", "__canon_delete", "__canon_scalar", "__canon_set_scalar", "__canon_charge", "__canon_mutation"]) {
+  for (const k of ["__canon_get", "__canon_has", "__canon_put", "__canon_delete", "__canon_scalar", "__canon_set_scalar", "__canon_charge", "__canon_mutation"]) {
     delete globalThis[k];
   }
 
@@ -56,7 +57,7 @@
   // next count, as for any runaway.
   const free = 4096;
   function spend(n) {
-    if (host.charge(Math.min(n, 1e15)) === "over") {
+    if (host.charge(Math.min(n, 1e15))) {
       for (;;) {}
     }
   }
@@ -203,15 +204,8 @@
     }
     return v;
   }
-  // Host results: "V" + JSON value, "N" for none, "T"/"F" for booleans,
-  // "" for done, "E" + {"code","message"} for an error.
-  function result(r) {
-    if (r.length > 0 && r[0] === "E") {
-      const e = JSON.parse(r.slice(1));
-      throw fail(e.code, e.message);
-    }
-    return r;
-  }
+  // The host functions (engine.go) answer values, null for none, and
+  // throw an Error with a code for a failure.
 
   // cur is the state of the mutation that runs: an engine instance runs
   // one at a time. The tx methods are made once and frozen (below), so a
@@ -230,7 +224,7 @@
     // mutators never read it.
     get mutation() {
       if (cur.mutation === undefined) {
-        cur.mutation = JSON.parse(host.mutation());
+        cur.mutation = host.mutation();
       }
       return cur.mutation;
     },
@@ -239,15 +233,12 @@
     },
     get(collection, id) {
       live();
-      const r = result(host.get(str(collection, "tx.get: collection"), str(id, "tx.get: id")));
-      if (r === "N") {
-        return undefined;
-      }
-      return JSON.parse(r.slice(1));
+      const r = host.get(str(collection, "tx.get: collection"), str(id, "tx.get: id"));
+      return r === null ? undefined : r;
     },
     has(collection, id) {
       live();
-      return result(host.get(str(collection, "tx.has: collection"), str(id, "tx.has: id"))) !== "N";
+      return host.has(str(collection, "tx.has: collection"), str(id, "tx.has: id"));
     },
     put(collection, id, data, meta) {
       live();
@@ -261,24 +252,21 @@
         }
         m = toJSON(meta, "tx.put " + collection + "/" + id + ": meta");
       }
-      result(host.put(collection, id, d, m));
+      host.put(collection, id, d, m);
     },
     delete(collection, id) {
       live();
-      return result(host.del(str(collection, "tx.delete: collection"), str(id, "tx.delete: id"))) === "T";
+      return host.del(str(collection, "tx.delete: collection"), str(id, "tx.delete: id"));
     },
     scalar(name) {
       live();
-      const r = result(host.scalar(str(name, "tx.scalar: name")));
-      if (r === "N") {
-        return undefined;
-      }
-      return JSON.parse(r.slice(1));
+      const r = host.scalar(str(name, "tx.scalar: name"));
+      return r === null ? undefined : r;
     },
     setScalar(name, value) {
       live();
       str(name, "tx.setScalar: name");
-      result(host.setScalar(name, value === null ? "null" : toJSON(value, "tx.setScalar " + name + ": value")));
+      host.setScalar(name, value === null ? "null" : toJSON(value, "tx.setScalar " + name + ": value"));
     },
   };
   // A tx is a fresh object inheriting the frozen members: defining them
