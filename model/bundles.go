@@ -131,7 +131,8 @@ func (c *BundleCache) Put(set MutatorSet) {
 	c.sets[set.Hash()] = set
 }
 
-// Compile compiles a bundle's source, or returns the cached one.
+// Compile compiles a bundle's source and caches the result; it always
+// compiles (Get returns a cached bundle by its hash without compiling).
 func (c *BundleCache) Compile(src []byte) (MutatorSet, error) {
 	set, err := c.compile(src)
 	if err != nil {

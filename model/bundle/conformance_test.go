@@ -168,7 +168,7 @@ func runVector(t *testing.T, b *bundle.Bundle, v vector, cut int) []string {
 	commit()
 
 	for i, m := range v.Mutations {
-		now := int64(vectorNow + 1000*i)
+		now := vectorNow + 1000*int64(i)
 		if m.Now != nil {
 			now = *m.Now
 		}
