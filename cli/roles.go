@@ -134,10 +134,42 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 	if ckpts != nil {
 		restoreFrom = ckpts
 	}
+	// The changelog feed: the one reader of canon.versions that the
+	// producer's ?wait=applied and the websocket share, fed by the
+	// sequencer for the partitions it serves.
+	var (
+		seq  *sequencer.Sequencer
+		feed *changelog.Feed
+	)
+	if has("producer") || has("readapi") {
+		var start map[int32]int64
+		if has("readapi") {
+			// The websocket's hub starts at the store's offsets of what
+			// it serves (all partitions with the sequencer).
+			served := n.partitions
+			if has("sequencer") {
+				served = nil
+			}
+			if start, err = storeOffsets(a.store, served); err != nil {
+				return nil, err
+			}
+		}
+		kcfg := n.kcfg
+		kcfg.ClientID = "canon-changelog"
+		if feed, err = changelog.NewFeed(changelog.FeedConfig{Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
+			Start: start, Local: func(p int32) bool { return seq != nil && seq.Serves(p) }, Log: n.log}); err != nil {
+			return nil, err
+		}
+		n.ready.Add("changelog", feed.Ready)
+		add("changelog", feed.Run)
+	}
 	// 2. The sequencer.
-	var seq *sequencer.Sequencer
 	if has("sequencer") {
-		if seq, err = n.newSequencer(a.store, restoreFrom); err != nil {
+		var committed func(int32, int64, []changelog.Event, int64)
+		if feed != nil {
+			committed = feed.Publish
+		}
+		if seq, err = n.newSequencer(a.store, restoreFrom, committed); err != nil {
 			return nil, fmt.Errorf("role sequencer: %w", err)
 		}
 		if ckpts != nil {
@@ -195,7 +227,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			}
 			return st.WaitApplied(ctx, p, next)
 		}
-		if prod, err = n.newProducer("canon-producer", readable); err != nil {
+		if prod, err = n.newProducer("canon-producer", readable, feed); err != nil {
 			return nil, fmt.Errorf("role producer: %w", err)
 		}
 		undo = append(undo, prod.Close)
@@ -209,14 +241,14 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		if pusher == nil {
 			// Pushes on the socket through a producer of the websocket's
 			// own, which no HTTP route serves.
-			if pusher, err = n.newProducer("canon-live-producer", nil); err != nil {
+			if pusher, err = n.newProducer("canon-live-producer", nil, feed); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			undo = append(undo, pusher.Close)
 			n.ready.Add("live-producer", pusher.Ready)
 			add("live-producer", pusher.Run)
 		}
-		ws, err := n.mountReads(a.store, partitions, serves, pusher)
+		ws, err := n.mountReads(a.store, partitions, serves, pusher, feed)
 		if err != nil {
 			return nil, fmt.Errorf("role readapi: %w", err)
 		}
@@ -267,7 +299,7 @@ func (n *node) openStore() (*store.Store, error) {
 }
 
 // newSequencer is the sequencer role's sequencer, on st.
-func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequencer.Sequencer, error) {
+func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, committed func(int32, int64, []changelog.Event, int64)) (*sequencer.Sequencer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
 	// The instance id lives with the store: a restart on the same data
@@ -295,6 +327,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequ
 		TransactionTimeout: n.seq.txnTimeout,
 		GatherWait:         n.seq.gatherWait,
 		GatherFresh:        n.seq.gatherFresh,
+		Committed:          committed,
 		Log:                n.log,
 		Registerer:         n.registry,
 	})
@@ -303,7 +336,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints) (*sequ
 // newProducer is a producer that follows the changelog (?wait=applied and
 // the 409 for a client group owned by another principal); readable is
 // its Config.Readable.
-func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error) (*producer.Producer, error) {
+func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error, feed *changelog.Feed) (*producer.Producer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = clientID
 	return producer.New(producer.Config{
@@ -313,6 +346,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		Log:            n.log,
 		Registerer:     n.registry,
 		Partitions:     n.topics.Partitions,
+		Changelog:      feed,
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
 		Readable:       readable,
 		CheckBundle:    checkBundle(n.bundleOpts),
@@ -369,4 +403,27 @@ func (n *node) newProjector() (*history.Projector, error) {
 		fmt.Fprintf(f.out, "  history     %s\n", f.historyLine())
 	}
 	return p, nil
+}
+
+// storeOffsets are st's changelog offsets of partitions (all when nil),
+// 0 for those it holds nothing of: where a reader of the changelog must
+// start to miss nothing the store lacks.
+func storeOffsets(st *store.Store, partitions []int32) (map[int32]int64, error) {
+	if partitions == nil {
+		for p := range st.Partitions() {
+			partitions = append(partitions, p)
+		}
+	}
+	start := make(map[int32]int64, len(partitions))
+	for _, p := range partitions {
+		off, ok, err := st.Offset(p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			off = 0
+		}
+		start[p] = off
+	}
+	return start, nil
 }
