@@ -139,6 +139,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 	// sequencer for the partitions it serves.
 	var (
 		seq  *sequencer.Sequencer
+		rep  *readapi.Replica
 		feed *changelog.Feed
 	)
 	if has("producer") || has("readapi") {
@@ -157,7 +158,15 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		kcfg := n.kcfg
 		kcfg.ClientID = "canon-changelog"
 		if feed, err = changelog.NewFeed(changelog.FeedConfig{Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
-			Start: start, Local: func(p int32) bool { return seq != nil && seq.Serves(p) }, Log: n.log}); err != nil {
+			Start: start, Local: func(p int32) bool {
+				switch {
+				case seq != nil:
+					return seq.Serves(p)
+				case rep != nil:
+					return rep.Publishes(p)
+				}
+				return false
+			}, Log: n.log}); err != nil {
 			return nil, err
 		}
 		n.ready.Add("changelog", feed.Ready)
@@ -167,7 +176,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 	if has("sequencer") {
 		var committed func(int32, int64, []changelog.Event, int64)
 		if feed != nil {
-			committed = feed.Publish
+			committed = feed.PublishCommitted
 		}
 		if seq, err = n.newSequencer(a.store, restoreFrom, committed); err != nil {
 			return nil, fmt.Errorf("role sequencer: %w", err)
@@ -204,8 +213,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			// the websocket). --partitions is for replicas.
 			partitions, serves, reads = nil, seq.Serves, seq.Serves
 		} else {
-			rep, err := n.newReplica(a.store, partitions, restoreFrom)
-			if err != nil {
+			if rep, err = n.newReplica(a.store, partitions, restoreFrom, feed); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			n.ready.Add("readapi-replica", rep.Ready)
@@ -356,12 +364,12 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 // newReplica is the read replica of a readapi role without a sequencer:
 // it materializes st for partitions (all when nil) from canon.versions
 // and is ready once caught up.
-func (n *node) newReplica(st *store.Store, partitions []int32, ckpts changelog.Checkpoints) (*readapi.Replica, error) {
+func (n *node) newReplica(st *store.Store, partitions []int32, ckpts changelog.Checkpoints, feed *changelog.Feed) (*readapi.Replica, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-readapi-replica"
 	return readapi.NewReplica(readapi.ReplicaConfig{
 		Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Rejections: true, Log: n.log,
-		Checkpoints: ckpts,
+		Checkpoints: ckpts, Changelog: feed,
 	})
 }
 

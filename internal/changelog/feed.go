@@ -152,13 +152,8 @@ type Positions struct{ f *Feed }
 // Next returns the offset of a partition of canon.versions or
 // canon.rejected below which every committed record was handed out;
 // ok is false for a topic or partition the feed does not follow.
-//
-// After an in-process transaction that ended at offset o, the position
-// is o+2: the slot after the transaction's last record is its commit
-// marker, or a record of an aborted (fenced) transaction, which read
-// committed never shows; no committed record of another writer can come
-// before that marker, because a new owner restores the partition up to
-// its last stable offset before it writes.
+// After an in-process transaction, it is past the transaction's commit
+// marker (see PublishCommitted).
 func (a Positions) Next(topic string, p int32) (int64, bool) {
 	var next []int64
 	switch topic {
@@ -184,17 +179,18 @@ func (a Positions) Partitions(topic string) int {
 	return 0
 }
 
-// Publish hands the subscribers the records of canon.versions that the
-// in-process writer of partition p committed and wrote to the store:
-// evs, in offset order, the last of them at offset last; from is the
-// store's offset of p before this write. Call it after the store write,
-// never before: what it hands out is announced as readable.
+// Publish hands the subscribers records of canon.versions that an
+// in-process writer of partition p's store wrote: evs, in offset order;
+// from is the store's offset of p before the write, and next the offset
+// below which every committed record of p is in evs or below from. Call
+// it after the store write, never before: what it hands out is
+// announced as readable.
 //
 // When the store was at or below the feed's position (from <= the
 // position), the records above the position are handed out and the
 // broker stops fetching p; otherwise the records between are only in
 // the broker, which fetches p until it caught up.
-func (f *Feed) Publish(p int32, from int64, evs []Event, last int64) {
+func (f *Feed) Publish(p int32, from int64, evs []Event, next int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tail == nil || f.stopped != nil || p < 0 || int(p) >= len(f.next) {
@@ -208,12 +204,24 @@ func (f *Feed) Publish(p int32, from int64, evs []Event, last int64) {
 	for start < len(evs) && evs[start].Offset < f.next[p] {
 		start++
 	}
-	f.next[p] = max(f.next[p], last+2)
+	f.next[p] = max(f.next[p], next)
 	f.deliverLocked(evs[start:])
 	if !f.paused[p] {
 		f.paused[p] = true
 		f.tail.Client().PauseFetchPartitions(map[string][]int32{f.cfg.Topics.Versions: {p}})
 	}
+}
+
+// PublishCommitted is Publish for the records of a transaction that the
+// in-process writer committed, the last of them at offset last, and
+// wrote to its store: the feed's position becomes last+2. The slot after
+// a transaction's last record is its commit marker, or a record of an
+// aborted (fenced) transaction, which read committed never shows; no
+// committed record of another writer comes before that marker, because
+// a new owner restores the partition up to its last stable offset, which
+// an open transaction holds back, before it writes.
+func (f *Feed) PublishCommitted(p int32, from int64, evs []Event, last int64) {
+	f.Publish(p, from, evs, last+2)
 }
 
 // resumeLocked has the broker fetch p again from the feed's position.

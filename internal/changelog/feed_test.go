@@ -65,7 +65,7 @@ func (w *feedWriter) commit(n uint64) ([]Event, int64) {
 func (w *feedWriter) publish(f *Feed, n uint64) {
 	from := w.store
 	evs, last := w.commit(n)
-	f.Publish(0, from, evs, last)
+	f.PublishCommitted(0, from, evs, last)
 }
 
 // seen collects the versions a feed hands out.
@@ -233,5 +233,42 @@ func TestFeedBehindTheWriterReadsTheBrokerFirst(t *testing.T) {
 	}
 	if _, err := NewFeed(FeedConfig{Topics: c.names, PartitionCount: 1, Start: map[int32]int64{3: 0}}); err == nil {
 		t.Fatal("a start offset of a partition the topic does not have was accepted")
+	}
+}
+
+// A read replica's materializer publishes what it writes to the store
+// (Hooks.Wrote): the feed hands that out and does not fetch the
+// partition again (real broker).
+func TestFeedFedByAReplica(t *testing.T) {
+	k := testenv.NewKafka(t)
+	c := newChangelogTopics(t, k)
+	c.commit(1, 3, "feed")
+	f, err := NewFeed(FeedConfig{Kafka: kafka.ClientConfig{Brokers: c.brokers}, Topics: c.names, PartitionCount: 1,
+		Start: map[int32]int64{0: 0}, Local: func(int32) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := newSeen(f)
+	runFeed(t, f)
+	m, err := NewMaterializer(MaterializerConfig{
+		Tail: Config{Kafka: kafka.ClientConfig{Brokers: c.brokers}, Topics: c.names, Partitions: []int32{0}},
+		Sink: openStore(t), Until: Forever, Batch: 2, Hooks: Hooks{Wrote: f.Publish},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	got.waitFor(t, 3)
+	c.commit(4, 8, "feed")
+	got.waitFor(t, 8)
+	if !f.fetchPaused() {
+		t.Fatal("the broker still fetches a partition the replica publishes")
 	}
 }
