@@ -1,5 +1,5 @@
 // Package live is Canon's websocket server: it follows canon.versions and
-// canon.rejected with one changelog tail per process, fans each version out
+// canon.rejected through the process's changelog feed, fans each version out
 // to the subscribers of its (org, project, branch), encoded once, and serves
 // GET /v1/projects/{org}/{project}/ws: every version after the one the
 // client asks for, in order and without gaps (catch-up from the store, then
@@ -209,9 +209,10 @@ type Server struct {
 	active int // open connections
 }
 
-// New checks cfg and prepares the hub. The changelog tail starts with Run
-// at the store's position of each partition, so that no version committed
-// before the process started is missed by a subscription.
+// New checks cfg, prepares the hub and subscribes it to the changelog
+// feed, which starts at the store's position of each partition, so that
+// no version committed before the process started is missed by a
+// subscription.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -268,8 +269,9 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Run follows the changelog and feeds the hub until ctx ends, then closes
-// every subscription with 1001 and returns.
+// Run runs the server's own changelog feed (without Config.Changelog) or
+// waits for the shared one until ctx ends, then closes every subscription
+// with 1001 and returns.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("live: Run called twice")
