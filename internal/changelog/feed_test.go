@@ -61,11 +61,12 @@ func (w *feedWriter) commit(n uint64) ([]Event, int64) {
 }
 
 // publish commits version n and publishes it to f as the sequencer does
-// after its store write.
-func (w *feedWriter) publish(f *Feed, n uint64) {
+// after its store write; it returns the published events.
+func (w *feedWriter) publish(f *Feed, n uint64) []Event {
 	from := w.store
 	evs, last := w.commit(n)
 	f.PublishCommitted(0, from, evs, last)
+	return evs
 }
 
 // seen collects the versions a feed hands out.
@@ -166,13 +167,18 @@ func TestFeedPartitionMovesBetweenLocalAndBroker(t *testing.T) {
 
 	// Owned here: published after each commit.
 	here := c.writer("here")
+	var published []Event
 	for n := uint64(1); n <= 3; n++ {
-		here.publish(f, n)
+		published = append(published, here.publish(f, n)...)
 	}
 	got.waitFor(t, 3)
 	if !f.fetchPaused() {
 		t.Fatal("the broker still fetches a partition whose writer publishes in the process")
 	}
+	// A fetch that was in flight when the fetching paused brings the
+	// published records again: they are not handed out twice.
+	f.fetched(published)
+	got.waitFor(t, 3)
 
 	// Moved away: another process's writer commits, nothing is published
 	// here; the feed fetches the partition from the broker again.
@@ -224,9 +230,14 @@ func TestFeedBehindTheWriterReadsTheBrokerFirst(t *testing.T) {
 	runFeed(t, f)
 	w.publish(f, 7)
 	got.waitFor(t, 7)
-	for n := uint64(8); n <= 9; n++ {
-		w.publish(f, n)
-	}
+	// A publication of records the broker delivered first: not handed
+	// out twice.
+	from := w.store
+	evs, last := w.commit(8)
+	got.waitFor(t, 8)
+	f.PublishCommitted(0, from, evs, last)
+	got.waitFor(t, 8)
+	w.publish(f, 9)
 	got.waitFor(t, 9)
 	if !f.fetchPaused() {
 		t.Fatal("the broker still fetches the partition once publications follow what the feed handed out")
