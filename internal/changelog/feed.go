@@ -75,6 +75,12 @@ type Feed struct {
 	// broker does not fetch now because they are published locally.
 	next   []int64
 	paused map[int32]bool
+	// seek is, per paused partition, where the broker fetches it again
+	// from when it resumes: the position, or one below it after an
+	// in-process transaction, whose commit marker (at the position - 1)
+	// may not be in the log yet: fetching past the log's end would reset
+	// the fetch.
+	seek map[int32]int64
 	// rnext is the position in canon.rejected, per partition.
 	rnext   []int64
 	stopped error
@@ -104,7 +110,8 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	if cfg.Log == nil {
 		cfg.Log = discard
 	}
-	return &Feed{cfg: cfg, started: make(chan struct{}), running: make(chan struct{}), paused: map[int32]bool{}}, nil
+	return &Feed{cfg: cfg, started: make(chan struct{}), running: make(chan struct{}), paused: map[int32]bool{},
+		seek: map[int32]int64{}}, nil
 }
 
 // Subscribe adds a subscriber: handle gets every batch from the feed's
@@ -191,6 +198,10 @@ func (a Positions) Partitions(topic string) int {
 // broker stops fetching p; otherwise the records between are only in
 // the broker, which fetches p until it caught up.
 func (f *Feed) Publish(p int32, from int64, evs []Event, next int64) {
+	f.publish(p, from, evs, next, next)
+}
+
+func (f *Feed) publish(p int32, from int64, evs []Event, next, seek int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tail == nil || f.stopped != nil || p < 0 || int(p) >= len(f.next) {
@@ -204,7 +215,9 @@ func (f *Feed) Publish(p int32, from int64, evs []Event, next int64) {
 	for start < len(evs) && evs[start].Offset < f.next[p] {
 		start++
 	}
-	f.next[p] = max(f.next[p], next)
+	if next > f.next[p] {
+		f.next[p], f.seek[p] = next, seek
+	}
 	f.deliverLocked(evs[start:])
 	if !f.paused[p] {
 		f.paused[p] = true
@@ -221,7 +234,7 @@ func (f *Feed) Publish(p int32, from int64, evs []Event, next int64) {
 // a new owner restores the partition up to its last stable offset, which
 // an open transaction holds back, before it writes.
 func (f *Feed) PublishCommitted(p int32, from int64, evs []Event, last int64) {
-	f.Publish(p, from, evs, last+2)
+	f.publish(p, from, evs, last+2, last+1)
 }
 
 // resumeLocked has the broker fetch p again from the feed's position.
@@ -230,8 +243,13 @@ func (f *Feed) resumeLocked(p int32) {
 		return
 	}
 	delete(f.paused, p)
+	at := f.next[p]
+	if seek, ok := f.seek[p]; ok {
+		at = min(at, seek)
+		delete(f.seek, p)
+	}
 	cl := f.tail.Client()
-	cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.cfg.Topics.Versions: {p: {Epoch: -1, Offset: f.next[p]}}})
+	cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.cfg.Topics.Versions: {p: {Epoch: -1, Offset: at}}})
 	cl.ResumeFetchPartitions(map[string][]int32{f.cfg.Topics.Versions: {p}})
 }
 
