@@ -62,10 +62,10 @@ func (n *node) openCheckpoints(ctx context.Context, st *store.Store) (*checkpoin
 }
 
 // checkpointRunner takes the checkpoints of the partitions seq owns.
-func (n *node) checkpointRunner(k *checkpoint.Bucket, owned func() []int32) (*checkpoint.Runner, error) {
+func (n *node) checkpointRunner(k *checkpoint.Bucket, owned func() []int32, generation func() int32) (*checkpoint.Runner, error) {
 	f := n.checkpoints
 	return checkpoint.NewRunner(checkpoint.RunnerConfig{
-		Bucket: k, Every: f.every, Interval: f.interval, Owned: owned, Log: n.log,
+		Bucket: k, Every: f.every, Interval: f.interval, Owned: owned, Generation: generation, Log: n.log,
 		TopicID: func(ctx context.Context) (string, error) {
 			kcfg := n.kcfg
 			kcfg.ClientID = "canon-checkpoint"

@@ -207,6 +207,10 @@ type sequencerTuning struct {
 	// --gather-fresh (sequencer.Config.GatherWait, GatherFresh).
 	gatherWait  time.Duration
 	gatherFresh bool
+	// pushWait and linger are the hidden --push-wait and
+	// --sequencer-linger (sequencer.Config.PushWait, Linger).
+	pushWait time.Duration
+	linger   time.Duration
 	// standbys is --standbys: partitions kept warm beside the owned ones.
 	standbys int
 }

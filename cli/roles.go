@@ -14,6 +14,8 @@ import (
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/checkpoint"
+	"github.com/canon-sync/canon/internal/kafka"
+	"github.com/canon-sync/canon/internal/ops"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/history"
 	"github.com/canon-sync/canon/readapi"
@@ -134,6 +136,13 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 	if ckpts != nil {
 		restoreFrom = ckpts
 	}
+	// With the producer and the sequencer in one process, the producer
+	// tells the sequencer what it is writing to canon.mutations, so that
+	// transactions wait for those records and only for those.
+	var inflight *kafka.Inflight
+	if has("producer") && has("sequencer") {
+		inflight = kafka.NewInflight(n.topics.Partitions)
+	}
 	// The changelog feed: the one reader of canon.versions that the
 	// producer's ?wait=applied and the websocket share, fed by the
 	// sequencer for the partitions it serves.
@@ -178,17 +187,24 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		if feed != nil {
 			committed = feed.PublishCommitted
 		}
-		if seq, err = n.newSequencer(a.store, restoreFrom, committed); err != nil {
+		if seq, err = n.newSequencer(a.store, restoreFrom, inflight, committed); err != nil {
 			return nil, fmt.Errorf("role sequencer: %w", err)
 		}
 		if ckpts != nil {
-			r, err := n.checkpointRunner(ckpts, seq.Owned)
+			r, err := n.checkpointRunner(ckpts, seq.Owned, seq.Generation)
 			if err != nil {
 				return nil, usageError{err}
 			}
 			add("checkpoints", r.Run)
 		}
 		n.ready.Add("sequencer", seq.Ready)
+		n.ready.AddLags("sequencer", func() []ops.PartitionLag {
+			var out []ops.PartitionLag
+			for _, l := range seq.Lags() {
+				out = append(out, ops.PartitionLag{Role: l.Role, Partition: l.Partition, Records: l.Records})
+			}
+			return out
+		})
 		add("sequencer", func(ctx context.Context) error {
 			err := seq.Run(ctx)
 			if errors.Is(err, sequencer.ErrDuplicateInstance) {
@@ -217,6 +233,14 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			n.ready.Add("readapi-replica", rep.Ready)
+			n.ready.AddLags("readapi-replica", func() []ops.PartitionLag {
+				lags := rep.Lags()
+				out := make([]ops.PartitionLag, 0, len(lags))
+				for _, p := range slices.Sorted(maps.Keys(lags)) {
+					out = append(out, ops.PartitionLag{Role: "replica", Partition: p, Records: lags[p]})
+				}
+				return out
+			})
 			add("readapi-replica", rep.Run)
 			reads = func(p int32) bool { return partitions == nil || slices.Contains(partitions, p) }
 		}
@@ -235,7 +259,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			}
 			return st.WaitApplied(ctx, p, next)
 		}
-		if prod, err = n.newProducer("canon-producer", readable, feed); err != nil {
+		if prod, err = n.newProducer("canon-producer", readable, inflight, feed); err != nil {
 			return nil, fmt.Errorf("role producer: %w", err)
 		}
 		undo = append(undo, prod.Close)
@@ -249,7 +273,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		if pusher == nil {
 			// Pushes on the socket through a producer of the websocket's
 			// own, which no HTTP route serves.
-			if pusher, err = n.newProducer("canon-live-producer", nil, feed); err != nil {
+			if pusher, err = n.newProducer("canon-live-producer", nil, nil, feed); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			undo = append(undo, pusher.Close)
@@ -307,7 +331,7 @@ func (n *node) openStore() (*store.Store, error) {
 }
 
 // newSequencer is the sequencer role's sequencer, on st.
-func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, committed func(int32, int64, []changelog.Event, int64)) (*sequencer.Sequencer, error) {
+func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflight *kafka.Inflight, committed func(int32, int64, []changelog.Event, int64)) (*sequencer.Sequencer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
 	// The instance id lives with the store: a restart on the same data
@@ -336,6 +360,9 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, commit
 		GatherWait:         n.seq.gatherWait,
 		GatherFresh:        n.seq.gatherFresh,
 		Committed:          committed,
+		Inflight:           inflight,
+		PushWait:           n.seq.pushWait,
+		Linger:             n.seq.linger,
 		Log:                n.log,
 		Registerer:         n.registry,
 	})
@@ -344,7 +371,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, commit
 // newProducer is a producer that follows the changelog (?wait=applied and
 // the 409 for a client group owned by another principal); readable is
 // its Config.Readable.
-func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error, feed *changelog.Feed) (*producer.Producer, error) {
+func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error, inflight *kafka.Inflight, feed *changelog.Feed) (*producer.Producer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = clientID
 	return producer.New(producer.Config{
@@ -358,6 +385,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
 		Readable:       readable,
 		CheckBundle:    checkBundle(n.bundleOpts),
+		Inflight:       inflight,
 	})
 }
 

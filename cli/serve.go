@@ -84,7 +84,12 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	// Hidden: measured by canon-bench (issue 22), not settled.
 	cmd.Flags().DurationVar(&f.seq.gatherWait, "gather-wait", 0, "how long a sequencer transaction waits for more records (0: the sequencer's default)")
 	cmd.Flags().BoolVar(&f.seq.gatherFresh, "gather-fresh", false, "wait --gather-wait after a poll that waited for its records too")
+	cmd.Flags().DurationVar(&f.seq.pushWait, "push-wait", 0,
+		"with the producer role in the process: how long a sequencer transaction waits for the records being pushed to its partitions (0: the sequencer's default, negative: never)")
 	_ = cmd.Flags().MarkHidden("gather-wait")
+	cmd.Flags().DurationVar(&f.seq.linger, "sequencer-linger", 0, "producer linger of the sequencer's transactions (0: the sequencer's default)")
+	_ = cmd.Flags().MarkHidden("push-wait")
+	_ = cmd.Flags().MarkHidden("sequencer-linger")
 	_ = cmd.Flags().MarkHidden("gather-fresh")
 	_ = cmd.Flags().MarkHidden("session-timeout")
 	_ = cmd.Flags().MarkHidden("transaction-timeout")

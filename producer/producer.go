@@ -111,6 +111,12 @@ type Config struct {
 	// fails it is refused with 400 invalid_bundle before anything is
 	// written. Nil refuses every deploy with 501.
 	CheckBundle func(src []byte) (names []string, err error)
+	// Inflight, when set, counts the pushes' records per partition while
+	// they are written and where Kafka's acknowledgements end, for a
+	// sequencer in the same process (sequencer.Config.Inflight). Its
+	// partition count must be that of canon.mutations; nil counts
+	// nothing.
+	Inflight *kafka.Inflight
 }
 
 func (c *Config) setDefaults() {
@@ -167,6 +173,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Linger < 0 || c.Linger > time.Second {
 		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 (none, the default) to 1s", c.Linger))
+	}
+	if n := c.Inflight.Partitions(); c.Inflight != nil && c.Partitions > 0 && n != c.Partitions {
+		errs = append(errs, fmt.Errorf("producer: Inflight counts %d partitions but Partitions is %d: make it with kafka.NewInflight(%d)", n, c.Partitions, c.Partitions))
 	}
 	return errors.Join(errs...)
 }
@@ -308,8 +317,21 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 		block[i] = kgo.Record{Key: key, Value: values[i], Timestamp: received, Headers: headers}
 		recs[i] = &block[i]
 	}
+	part := int32(-1)
+	if n := p.cfg.Inflight.Partitions(); n > 0 {
+		part = schemas.Partition(key, n)
+		p.cfg.Inflight.Writing(part, len(recs))
+	}
 	results := p.cl.ProduceSync(ctx, recs...)
-	if err := results.FirstErr(); err != nil {
+	err := results.FirstErr()
+	if part >= 0 {
+		end := int64(0)
+		if last := recs[len(recs)-1]; err == nil && last.Partition == part {
+			end = last.Offset + 1
+		}
+		p.cfg.Inflight.Written(part, len(recs), end)
+	}
+	if err != nil {
 		return nil, err
 	}
 	out := make([]wire.Written, len(recs))

@@ -48,15 +48,18 @@ type watcher struct {
 	cfg *Config
 	// feed is the process's changelog feed; own when the producer runs
 	// it (Config.Changelog is nil).
-	feed    *changelog.Feed
-	own     bool
-	adm     *kadm.Client
-	group   string
-	topics  struct{ mutations, versions, rejected string }
-	vparts  int32
-	rparts  int32
-	retain  time.Duration
-	recheck time.Duration
+	feed   *changelog.Feed
+	own    bool
+	adm    *kadm.Client
+	group  string
+	topics struct{ mutations, versions, rejected string }
+	vparts int32
+	rparts int32
+	retain time.Duration
+	// recheck is how often checkDuplicates looks for waiters due a
+	// check; firstCheck how old a waiter is at its first, maxCheck the
+	// longest interval between two of one waiter's.
+	recheck, firstCheck, maxCheck time.Duration
 	// dead is closed when the feed stopped following the changelog.
 	dead chan struct{}
 
@@ -68,6 +71,12 @@ type watcher struct {
 	recent  map[position]outcome
 	expiry  []expiring // recent's keys, oldest first
 	waits   map[position][]*waiter
+	// decided is, per partition of canon.mutations, the highest input
+	// offset that a version read by the feed names: every mutation below
+	// it was decided, so a waiter below it that is not settled is a
+	// rejection the feed has not handed out yet or a duplicate, and is
+	// due a check at once.
+	decided map[int32]int64
 	// read is, per topic and partition, the feed's position (the offset
 	// below which every committed record was handled), copied under mu
 	// with each batch of its events.
@@ -98,6 +107,11 @@ type waiter struct {
 	// that hold the mutation's outputs, once the sequencer committed past
 	// it; nil until then.
 	ends *[2]int64
+	// check is when the waiter is next due a duplicate check, and
+	// interval the wait before the one after it (doubling up to
+	// maxCheck).
+	check    time.Time
+	interval time.Duration
 }
 
 // maxOwners bounds the remembered group owners.
@@ -107,8 +121,10 @@ const maxOwners = 1 << 20
 // feed of its own, that follows nothing until run.
 func newWatcher(cfg *Config) (*watcher, error) {
 	w := &watcher{
-		cfg: cfg, group: cfg.SequencerGroup, retain: 2 * time.Minute, recheck: 20 * time.Millisecond, dead: make(chan struct{}),
+		cfg: cfg, group: cfg.SequencerGroup, retain: 2 * time.Minute, dead: make(chan struct{}),
+		recheck: 20 * time.Millisecond, firstCheck: 100 * time.Millisecond, maxCheck: time.Second,
 		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]outcome{}, waits: map[position][]*waiter{},
+		decided: map[int32]int64{},
 	}
 	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
 	w.feed = cfg.Changelog
@@ -287,6 +303,9 @@ func (w *watcher) event(ev *changelog.Event) {
 					w.clients[k] = m.ClientGroup
 				}
 			}
+			if m.Offset > w.decided[ev.Partition] {
+				w.decided[ev.Partition] = m.Offset
+			}
 			o := outcome{Outcome: wire.Outcome{Written: wire.Written{Client: m.Client, ID: m.ID, Partition: ev.Partition, Offset: m.Offset},
 				Status: wire.OutcomeApplied, Branch: v.Branch, Version: v.Version, Error: m.Error, Code: m.Code}, next: ev.Offset + 1}
 			if m.Status == schemas.StatusError {
@@ -361,7 +380,8 @@ func (w *watcher) wait(ctx context.Context, written []wire.Written) ([]outcome, 
 			out[i] = o
 			continue
 		}
-		ws[i] = &waiter{pos: pos, since: time.Now(), done: make(chan outcome, 1)}
+		now := time.Now()
+		ws[i] = &waiter{pos: pos, since: now, done: make(chan outcome, 1), check: now.Add(w.firstCheck), interval: w.firstCheck}
 		w.waits[pos] = append(w.waits[pos], ws[i])
 	}
 	w.mu.Unlock()
@@ -403,10 +423,18 @@ func (w *watcher) forget(wt *waiter) {
 	}
 }
 
-// checkDuplicates looks, every recheck, at the waiters older than a
-// recheck that the changelog has not settled: once the sequencer group
+// checkDuplicates looks, every recheck, at the waiters that the changelog
+// has not settled and that are due a check: once the sequencer group
 // committed past one, its outputs are committed, and it is settled as a
 // duplicate when the tail passed the end offsets of that moment.
+//
+// A check costs two requests to the brokers (the group's committed
+// offsets, the topics' end offsets), so a waiter is due one only when
+// the tail read a version of a later mutation of its partition (it was
+// decided), or firstCheck after it began and then at doubling intervals
+// up to maxCheck. Under load most waits last longer than a poll interval
+// and are settled by their version: checking each at once made these
+// requests a steady load on the brokers for no answer.
 func (w *watcher) checkDuplicates(ctx context.Context) {
 	t := time.NewTicker(w.recheck)
 	defer t.Stop()
@@ -417,15 +445,7 @@ func (w *watcher) checkDuplicates(ctx context.Context) {
 		case <-t.C:
 		}
 		w.mu.Lock()
-		var old []*waiter
-		cut := time.Now().Add(-w.recheck)
-		for _, ws := range w.waits {
-			for _, wt := range ws {
-				if wt.ends == nil && wt.since.Before(cut) {
-					old = append(old, wt)
-				}
-			}
-		}
+		old := w.dueChecks(time.Now())
 		w.mu.Unlock()
 		if len(old) == 0 {
 			continue
@@ -458,6 +478,24 @@ func (w *watcher) checkDuplicates(ctx context.Context) {
 		w.settleDuplicates()
 		w.mu.Unlock()
 	}
+}
+
+// dueChecks returns the waiters due a duplicate check at now, and sets
+// when each is due the next; w.mu is held.
+func (w *watcher) dueChecks(now time.Time) []*waiter {
+	var due []*waiter
+	for pos, ws := range w.waits {
+		decided, ok := w.decided[pos.partition]
+		passed := ok && pos.offset < decided
+		for _, wt := range ws {
+			if wt.ends == nil && (passed || !now.Before(wt.check)) {
+				due = append(due, wt)
+				wt.interval = min(2*wt.interval, w.maxCheck)
+				wt.check = now.Add(wt.interval)
+			}
+		}
+	}
+	return due
 }
 
 // settleDuplicates settles the waiters whose outputs the tail has read

@@ -100,6 +100,10 @@ type MutationResponse struct {
 	Version uint64 `json:"version,omitempty"`
 	// Error is the mutator's message for status error.
 	Error string `json:"error,omitempty"`
+	// Code is the error outcome's stable code for status error (as in
+	// push answers and websocket versions); absent for mutations decided
+	// by a Canon that did not store codes yet.
+	Code string `json:"code,omitempty"`
 	// Reason, Message and ExpectedID say why the sequencer rejected the
 	// mutation (status rejected); a gap's is resent from ExpectedID.
 	Reason         string `json:"reason,omitempty"`
@@ -428,7 +432,7 @@ func (s *Server) handleMutation(w http.ResponseWriter, r *http.Request) {
 	resp := MutationResponse{Client: client, Branch: c.branch, ID: id, LastMutationID: last}
 	switch {
 	case found:
-		resp.Status, resp.Applied, resp.Version, resp.Error = st.Status, st.Status == schemas.StatusApplied, st.Version, st.Error
+		resp.Status, resp.Applied, resp.Version, resp.Error, resp.Code = st.Status, st.Status == schemas.StatusApplied, st.Version, st.Error, st.Code
 	case rejected:
 		// Not recorded (a later version would have): the id is unused.
 		resp.Status, resp.Reason, resp.Message, resp.ExpectedID = StatusRejected, rej.Reason, rej.Message, rej.ExpectedID

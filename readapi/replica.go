@@ -70,6 +70,9 @@ type Replica struct {
 	// started is closed once the targets are known.
 	started chan struct{}
 	skipped atomic.Int64
+	// lags measures the copies against the changelog as it is now, once
+	// caught up (Lags).
+	lags *changelog.LagWatch
 }
 
 // Skipped is the number of changelog records skipped because no
@@ -97,7 +100,34 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Replica{cfg: cfg, started: make(chan struct{})}, nil
+	r := &Replica{cfg: cfg, started: make(chan struct{})}
+	r.lags = &changelog.LagWatch{Kafka: cfg.Kafka, Topic: cfg.Topics.Versions, Log: cfg.Log, Offset: cfg.Store.Offset,
+		Partitions: func() []int32 { return cfg.Partitions }}
+	return r, nil
+}
+
+// Lags returns how many changelog offsets each partition's copy has
+// left: while catching up at start, to the last stable offset seen then;
+// after, to the last stable offset measured every few seconds. -1 is not
+// known yet.
+func (r *Replica) Lags() map[int32]int64 {
+	measured := r.lags.Lags()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[int32]int64, len(r.cfg.Partitions))
+	for _, p := range r.cfg.Partitions {
+		switch n, ok := measured[p]; {
+		case r.target == nil:
+			out[p] = -1
+		case !r.caught[p]:
+			out[p] = max(0, r.target[p]-r.at[p])
+		case ok:
+			out[p] = n
+		default:
+			out[p] = 0
+		}
+	}
+	return out
 }
 
 // Ready reports whether every partition has caught up with the last
@@ -151,6 +181,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		return err
 	}
 	defer m.Close()
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.lags.Run(lctx) })
+	defer wg.Wait()
+	defer stop()
 	err = m.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

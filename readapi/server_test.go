@@ -152,17 +152,18 @@ func TestReads(t *testing.T) {
 		applied bool
 		version uint64
 		errText string
+		code    string
 	}{
-		{"c1/mutations/2", StatusApplied, true, 2, ""},
-		{"c1/mutations/3", StatusError, false, 5, "does not exist"},
-		{"c1/mutations/5", StatusPending, false, 0, ""},
-		{"c3/mutations/1?branch=feat", StatusApplied, true, 1, ""},
-		{"c3/mutations/1", StatusPending, false, 0, ""},
+		{"c1/mutations/2", StatusApplied, true, 2, "", ""},
+		{"c1/mutations/3", StatusError, false, 5, "does not exist", "not_found"},
+		{"c1/mutations/5", StatusPending, false, 0, "", ""},
+		{"c3/mutations/1?branch=feat", StatusApplied, true, 1, "", ""},
+		{"c3/mutations/1", StatusPending, false, 0, "", ""},
 	} {
 		var m MutationResponse
 		r := api.get("/v1/projects/acme/doc/clients/"+c.path, tok)
 		r.json(t, &m)
-		if r.status != 200 || m.Status != c.status || m.Applied != c.applied || m.Version != c.version || !strings.Contains(m.Error, c.errText) {
+		if r.status != 200 || m.Status != c.status || m.Applied != c.applied || m.Version != c.version || !strings.Contains(m.Error, c.errText) || m.Code != c.code {
 			t.Fatalf("%s: %d %s", c.path, r.status, r.body)
 		}
 	}

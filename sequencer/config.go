@@ -29,6 +29,7 @@ const (
 	DefaultMaxBatchTime    = 20 * time.Millisecond
 	DefaultLinger          = time.Millisecond
 	DefaultGatherWait      = 2 * time.Millisecond
+	DefaultPushWait        = 6 * time.Millisecond
 	DefaultSessionTimeout  = 8 * time.Second
 	DefaultTxnTimeout      = 30 * time.Second
 	DefaultRestoreBatch    = 2000
@@ -97,6 +98,20 @@ type Config struct {
 	// 22: fewer, larger transactions at the cost of that wait; default
 	// off).
 	GatherFresh bool
+	// Inflight, when set, is the count of records that the producer of
+	// the same process is writing to canon.mutations, per partition, and
+	// of where Kafka's acknowledgements of them end (the producer's
+	// Config.Inflight). A transaction then waits, at most PushWait from
+	// its first poll, for the records known to be on their way to the
+	// partitions it owns, and never waits when none are: transactions
+	// hold what is waiting instead of one poll's worth, so the broker runs
+	// fewer of them per mutation. It replaces GatherWait's wait after a
+	// stale poll. Nil (the producer runs elsewhere) keeps GatherWait.
+	Inflight *kafka.Inflight
+	// PushWait bounds how long a transaction waits for the records that
+	// Inflight says are coming, from its first poll; default 6ms,
+	// negative ignores Inflight.
+	PushWait time.Duration
 	// Linger is the producer linger; default 1ms. Records of a batch are
 	// flushed when the transaction ends, so a longer linger only adds
 	// latency.
@@ -185,6 +200,9 @@ func (c *Config) setDefaults() {
 	if c.GatherWait == 0 {
 		c.GatherWait = DefaultGatherWait
 	}
+	if c.PushWait == 0 {
+		c.PushWait = DefaultPushWait
+	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
 	}
@@ -222,6 +240,14 @@ func (c *Config) Validate() error {
 	}
 	if c.GatherWait > time.Second {
 		errs = append(errs, fmt.Errorf("sequencer: gather wait %v: use at most 1s, or a negative value to disable it (default 2ms)", c.GatherWait))
+	}
+	if c.PushWait > c.MaxBatchDuration && c.MaxBatchDuration > 0 {
+		errs = append(errs, fmt.Errorf("sequencer: push wait %v is longer than the batch duration %v: use at most that, or a negative value to disable it (default %v)",
+			c.PushWait, c.MaxBatchDuration, DefaultPushWait))
+	}
+	if c.Inflight != nil && c.Store != nil && c.Inflight.Partitions() != c.Store.Partitions() {
+		errs = append(errs, fmt.Errorf("sequencer: Inflight counts %d partitions but the store has %d: make it with kafka.NewInflight of the topics' partition count",
+			c.Inflight.Partitions(), c.Store.Partitions()))
 	}
 	if c.FetchMaxWait < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("sequencer: fetch max wait %v: use at least 10ms (default 500ms)", c.FetchMaxWait))

@@ -18,13 +18,16 @@ type Metrics struct {
 	OffsetBehind     prometheus.Counter
 	InputSkipped     prometheus.Counter
 	Fenced           prometheus.Counter
+	// BatchSize observes each committed transaction's mutations.
+	BatchSize prometheus.Histogram
+	PushWaits prometheus.Counter
 }
 
 // MetricsOf returns s's metrics.
 func MetricsOf(s *Sequencer) Metrics {
 	return Metrics{Outcomes: s.m.outcomes, RestoreRecords: s.m.restoreRecords, RestoreBytes: s.m.restoreBytes,
 		ChangelogSkipped: s.m.changelogSkipped, OwnedPartitions: s.m.ownedPartitions, OffsetBehind: s.m.offsetBehind,
-		InputSkipped: s.m.inputSkipped, Fenced: s.m.fenced}
+		InputSkipped: s.m.inputSkipped, Fenced: s.m.fenced, BatchSize: s.m.batchSize, PushWaits: s.m.pushWaits}
 }
 
 // ReadPartitionCounts reads the topics' partition counts, as Run does

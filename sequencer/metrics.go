@@ -22,6 +22,9 @@ type metrics struct {
 	// gathers counts transactions that waited for the fetch after a
 	// stale poll (Config.GatherWait).
 	gathers prometheus.Counter
+	// pushWaits counts transactions that waited for records the producer
+	// of the process was writing (Config.Inflight).
+	pushWaits prometheus.Counter
 	// standbys is how many partitions the instance keeps warm; standbyLag
 	// how far each is behind the last stable offset of its follower's
 	// start.
@@ -70,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "gather_waits_total",
 			Help: "Transactions that began with records fetched during the previous one and waited (at most the gather wait) for the next fetch.",
 		}),
+		pushWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "push_waits_total",
+			Help: "Waits of transactions for records that the producer of the process was writing to the partitions they own (at most the push wait from the first poll).",
+		}),
 		changelogSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "changelog_skipped_total",
 			Help: "canon.versions records skipped by restores because no sequencer wrote them (they do not decode or do not follow the versions before them).",
@@ -105,12 +112,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.standbyLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "canon", Subsystem: "sequencer", Name: "standby_lag_records",
-		Help: "Changelog records a standby partition's copy is behind the last stable offset its follower started at.",
+		Help: "Changelog offsets a standby partition's copy is behind the last stable offset, measured every 2s.",
 	}, []string{"partition"})
 	if reg != nil {
 		reg.MustRegister(m.standbys, m.standbyLag)
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers, m.pushWaits)
 	}
 	return m
 }

@@ -46,6 +46,7 @@ type Sequencer struct {
 	wake        context.CancelFunc // interrupts the current poll, so that new partitions are restored at once
 	joined      bool               // the session got its first assignment (possibly empty)
 	running     atomic.Bool
+	generation  atomic.Int32 // of the latest assignment
 
 	// Used by the poll loop only: when a partition whose restore failed
 	// is tried again; the highest input offset of each restored partition
@@ -54,6 +55,10 @@ type Sequencer struct {
 	nextTry     map[int32]time.Time
 	decidedUpTo map[int32]int64
 	warned      map[int32]bool
+	// consumed is, per partition, the offset after the last record
+	// polled in this session since the last abort, for comparing with
+	// Config.Inflight.
+	consumed map[int32]int64
 	// openSince is when a restore first saw a transaction of another
 	// instance open on a changelog partition, by "partition/producer id".
 	openSince map[string]time.Time
@@ -73,6 +78,14 @@ type Sequencer struct {
 	standbyMu   sync.Mutex
 	standbyGen  uint64
 	standbyDone chan struct{}
+	// standbyLags is the last known lag of each standby copy, and
+	// standbyMeasured the copies the LagWatch has measured (under
+	// standbyMu).
+	standbyLags     map[int32]int64
+	standbyMeasured map[int32]bool
+	// syncedAssignment is the whole assignment of the latest sync, under
+	// mu (balancer.go); nil while unknown.
+	syncedAssignment map[int32]bool
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -96,6 +109,7 @@ func New(cfg Config) (*Sequencer, error) {
 		nextTry:     map[int32]time.Time{},
 		decidedUpTo: map[int32]int64{},
 		warned:      map[int32]bool{},
+		consumed:    map[int32]int64{},
 		openSince:   map[string]time.Time{},
 		static:      static,
 		standbyWake: make(chan struct{}, 1),
@@ -148,6 +162,16 @@ func (s *Sequencer) Serves(p int32) bool {
 	return s.owned[p] && !restoring
 }
 
+// Generation is the consumer group generation of this instance's latest
+// assignment (-1 when not running): checkpoints of its partitions carry
+// it, so that a newer owner's checkpoint wins over a zombie's.
+func (s *Sequencer) Generation() int32 {
+	if !s.running.Load() {
+		return -1
+	}
+	return s.generation.Load()
+}
+
 // Owned returns the partitions this instance owns and has restored, in
 // order: the ones it decides, and takes checkpoints of.
 func (s *Sequencer) Owned() []int32 {
@@ -190,7 +214,10 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = s.standbyLagWatch().Run(sctx) })
 			s.runStandbys(sctx)
+			wg.Wait()
 		}()
 		defer func() {
 			cancel()
@@ -242,10 +269,15 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+func (s *Sequencer) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	_, gen := cl.GroupMetadata()
+	s.generation.Store(gen)
+	// Before franz-go fetches the new partitions' offsets (takeover.go).
+	s.fenceGoneOwners(ctx, cl, assigned[s.cfg.Topics.Mutations])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.joined = true // called after every join, even with nothing new
+	s.dropUnassignedLocked()
 	for _, p := range assigned[s.cfg.Topics.Mutations] {
 		s.owned[p] = true
 		s.markRestoreLocked(p)
@@ -315,7 +347,9 @@ func (s *Sequencer) dropOwnership() {
 	clear(s.nextTry)
 	clear(s.decidedUpTo)
 	clear(s.warned)
+	clear(s.consumed)
 	clear(s.openSince)
+	s.syncedAssignment = nil
 	s.joined = false
 	s.m.ownedPartitions.Set(0)
 	s.m.restoring.Set(0)
@@ -359,7 +393,11 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// Canon's records reach 2 MiB (a mutation with a large item body);
 		// the topics accept 4 MiB.
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Canon's balancer gives a dead owner's partitions to the member
+		// with the warmest copy (balancer.go); cooperative-sticky is the
+		// common protocol while a rolling upgrade brings it to every
+		// member.
+		kgo.Balancers(&warmBalancer{copies: s.copies, synced: s.synced}, kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
 		// A member that died is expired after the session timeout; the
 		// others learn of the rebalance at their next heartbeat.
@@ -426,6 +464,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 				"partitions", slices.Sorted(maps.Keys(waiting)), "retry_in", restoreRetry, "err", err)
 		}
 		recs := fetches.Records()
+		s.noteConsumed(recs)
 		if slices.ContainsFunc(recs, func(r *kgo.Record) bool { return waiting[r.Partition] }) {
 			// Records of a partition that is not restored were fetched
 			// before it was paused: deciding them could publish a version
@@ -448,6 +487,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 // abort ends an empty or failed transaction, rewinding the consumed
 // offsets to the committed ones so the records are polled again.
 func (s *Sequencer) abort(ctx context.Context, sess *kgo.GroupTransactSession) (bool, error) {
+	clear(s.consumed) // the session rewinds to the committed offsets
 	if err := sess.Begin(); err != nil {
 		return false, fmt.Errorf("%w: begin: %w", errSession, err)
 	}
@@ -547,6 +587,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		}
 		s.m.txnAborted.WithLabelValues(cause).Inc()
 		s.decider.Reset()
+		clear(s.consumed) // the session rewinds to the committed offsets
 		return nil
 	}
 	s.m.txnSeconds.Observe(time.Since(start).Seconds())
@@ -601,29 +642,60 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 // more grows a transaction's batch with records that are already
 // fetched, while the batch is under MaxBatchRecords and MaxBatchDuration
 // and no partition waits for a restore (its records must not be decided
-// before it). It waits for new ones only after a stale first poll, and
-// for at most GatherWait: the fetch issued when that poll took the
-// buffered one brings what reached the broker since.
+// before it). It waits for new ones only when more are known to be on
+// their way (Config.Inflight), until PushWait from the first poll, or,
+// without Inflight, after a stale first poll, for at most GatherWait: the
+// fetch issued when that poll took the buffered one brings what reached
+// the broker since.
 func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, decided int, start time.Time, stale bool) ([]*kgo.Record, error) {
 	left := s.cfg.MaxBatchRecords - decided
 	if left <= 0 || time.Since(start) >= s.cfg.MaxBatchDuration {
 		return nil, nil
 	}
-	gather := sess.Client().BufferedFetchRecords() == 0
-	if gather && ((!stale && !s.cfg.GatherFresh) || s.cfg.GatherWait <= 0) {
-		return nil, nil
-	}
 	if len(s.pendingRestores()) > 0 {
 		return nil, nil
 	}
-	pctx := ctx
-	if gather {
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, s.cfg.GatherWait)
-		defer cancel()
-		s.m.gathers.Inc()
+	// deadline is how long to wait for records; zero takes only what is
+	// buffered.
+	var deadline time.Time
+	informed := s.cfg.Inflight != nil && s.cfg.PushWait > 0
+	if sess.Client().BufferedFetchRecords() == 0 {
+		switch {
+		case informed:
+			deadline = start.Add(s.cfg.PushWait)
+			if !time.Now().Before(deadline) || !s.onTheirWay() {
+				return nil, nil
+			}
+			s.m.pushWaits.Inc()
+		case (stale || s.cfg.GatherFresh) && s.cfg.GatherWait > 0:
+			deadline = time.Now().Add(s.cfg.GatherWait)
+			s.m.gathers.Inc()
+		default:
+			return nil, nil
+		}
 	}
-	recs := sess.PollRecords(pctx, left).Records()
+	var recs []*kgo.Record
+	for {
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			until := deadline
+			if informed {
+				// A record may arrive in a fetch before its producer
+				// counted its acknowledgement: look at the counts again
+				// every inflightRecheck rather than wait for nothing.
+				if next := time.Now().Add(inflightRecheck); next.Before(until) {
+					until = next
+				}
+			}
+			pctx, cancel = context.WithDeadline(ctx, until)
+		}
+		recs = sess.PollRecords(pctx, left).Records()
+		cancel()
+		if len(recs) > 0 || !informed || deadline.IsZero() || !time.Now().Before(deadline) || ctx.Err() != nil || !s.onTheirWay() {
+			break
+		}
+	}
+	s.noteConsumed(recs)
 	// An assignment may have come between the check above and the poll:
 	// records of a partition that is not restored must not be decided.
 	pending := s.pendingRestores()
@@ -633,6 +705,43 @@ func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, de
 		}
 	}
 	return recs, nil
+}
+
+// inflightRecheck is how often a transaction waiting for records that
+// Config.Inflight says are coming looks at the counts again.
+const inflightRecheck = 500 * time.Microsecond
+
+// noteConsumed records how far the session polled each partition.
+func (s *Sequencer) noteConsumed(recs []*kgo.Record) {
+	if s.cfg.Inflight == nil {
+		return
+	}
+	for _, r := range recs {
+		if r.Offset >= s.consumed[r.Partition] {
+			s.consumed[r.Partition] = r.Offset + 1
+		}
+	}
+}
+
+// onTheirWay reports whether the producer of this process is writing
+// records to a partition this instance owns and has restored, or had
+// ones acknowledged past what the session polled of it.
+func (s *Sequencer) onTheirWay() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.owned {
+		if _, restoring := s.needRestore[p]; restoring {
+			continue
+		}
+		writing, acked := s.cfg.Inflight.Load(p)
+		if writing > 0 {
+			return true
+		}
+		if c, ok := s.consumed[p]; ok && acked > c {
+			return true
+		}
+	}
+	return false
 }
 
 // staleFetch is how quickly a poll returns a fetch that was already

@@ -18,9 +18,9 @@ import (
 // partition of the other warm. A partition leaves the set, and its
 // follower stops writing it, before the sequencer restores it.
 //
-// The group's assignment does not know of the standbys yet (the
-// cooperative-sticky balancer): a partition whose owner dies goes to
-// whichever instance the balancer picks, warm or not.
+// The group's balancer (balancer.go) gives a partition that has to move
+// to the instance with room whose copy is the most caught up, so a dead
+// owner's partitions go to their standbys.
 
 // standbySetLocked is the standby partitions for the owned ones; s.mu is
 // held.
@@ -116,6 +116,10 @@ func (s *Sequencer) runStandbys(ctx context.Context) {
 		for _, p := range cur {
 			s.m.standbyLag.DeleteLabelValues(partitionLabel(p))
 		}
+		s.standbyMu.Lock()
+		clear(s.standbyLags)
+		clear(s.standbyMeasured)
+		s.standbyMu.Unlock()
 		s.m.standbys.Set(0)
 	}
 	defer stop()
@@ -174,11 +178,13 @@ func (s *Sequencer) follow(ctx context.Context, ps []int32) error {
 			Started: func(from, to map[int32]int64) {
 				for p, t := range to {
 					targets[p] = t
-					s.m.standbyLag.WithLabelValues(partitionLabel(p)).Set(float64(max(0, t-from[p])))
+					s.noteStandbyLag(p, max(0, t-from[p]), false)
 				}
 			},
 			Applied: func(p int32, next int64, _ int, _ int64) {
-				s.m.standbyLag.WithLabelValues(partitionLabel(p)).Set(float64(max(0, targets[p]-next)))
+				// Until the first measurement of the LagWatch: the
+				// distance to the last stable offset at the start.
+				s.noteStandbyLag(p, max(0, targets[p]-next), false)
 			},
 		},
 	})
@@ -192,3 +198,96 @@ func (s *Sequencer) follow(ctx context.Context, ps []int32) error {
 	}
 	return err
 }
+
+// noteStandbyLag records how far the copy of standby partition p is
+// behind, for the metric and Lags: measured by the LagWatch, or, until it
+// has measured p, the follower's distance to its start's offsets.
+func (s *Sequencer) noteStandbyLag(p int32, records int64, measured bool) {
+	s.standbyMu.Lock()
+	defer s.standbyMu.Unlock()
+	if s.standbyLags == nil {
+		s.standbyLags, s.standbyMeasured = map[int32]int64{}, map[int32]bool{}
+	}
+	if measured {
+		s.standbyMeasured[p] = true
+	} else if s.standbyMeasured[p] {
+		return
+	}
+	s.standbyLags[p] = records
+	s.m.standbyLag.WithLabelValues(partitionLabel(p)).Set(float64(records))
+}
+
+// standbyLagWatch measures the standby copies' lag against the
+// changelog's last stable offsets as they are now (the follower's own
+// figure is against the offsets at its start, and stays 0 once it has
+// reached them, however far the changelog moves on).
+func (s *Sequencer) standbyLagWatch() *chlog.LagWatch {
+	return &chlog.LagWatch{
+		Kafka: s.cfg.Kafka, Topic: s.cfg.Topics.Versions, Log: s.log,
+		Partitions: func() []int32 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.standbySetLocked()
+		},
+		Offset: s.cfg.Store.Offset,
+		Report: func(lags map[int32]int64) {
+			s.mu.Lock()
+			want := s.standbySetLocked()
+			s.mu.Unlock()
+			for p, n := range lags {
+				if slices.Contains(want, p) {
+					s.noteStandbyLag(p, n, true)
+				}
+			}
+		},
+	}
+}
+
+// Lags returns the lag of every copy of a changelog partition the
+// instance holds for a reason: each owned partition (what its restore has
+// left, 0 once restored) and each standby (behind the last stable
+// offset), in order of partition. -1 is not measured yet.
+func (s *Sequencer) Lags() []PartitionLag {
+	if !s.running.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	var out []PartitionLag
+	for p := range s.owned {
+		lag := int64(0)
+		if _, restoring := s.needRestore[p]; restoring {
+			lag = -1
+			if n, ok := s.restoreLags[p]; ok {
+				lag = n
+			}
+		}
+		out = append(out, PartitionLag{Role: RoleOwner, Partition: p, Records: lag})
+	}
+	standbys := s.standbySetLocked()
+	s.mu.Unlock()
+	s.standbyMu.Lock()
+	for _, p := range standbys {
+		lag, ok := s.standbyLags[p]
+		if !ok {
+			lag = -1
+		}
+		out = append(out, PartitionLag{Role: RoleStandby, Partition: p, Records: lag})
+	}
+	s.standbyMu.Unlock()
+	slices.SortFunc(out, func(a, b PartitionLag) int { return int(a.Partition - b.Partition) })
+	return out
+}
+
+// PartitionLag is one copy's lag (see Lags).
+type PartitionLag struct {
+	Role      string
+	Partition int32
+	// Records is the changelog offsets the copy has left to apply.
+	Records int64
+}
+
+// Roles of PartitionLag.
+const (
+	RoleOwner   = "owner"
+	RoleStandby = "standby"
+)

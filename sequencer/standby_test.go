@@ -74,6 +74,8 @@ type takeover struct {
 	// first and all are the times from the kill to b's first decision on
 	// one of them and on every one of them.
 	first, all time.Duration
+	// at is when a was killed.
+	at time.Time
 }
 
 // killAndTakeOver kills a with SIGKILL in an open transaction and waits
@@ -86,7 +88,7 @@ func killAndTakeOver(t *testing.T, ctx context.Context, e *topicsEnv, cl *change
 	}
 	txnID := e.prefix + sequencer.DefaultGroup + "-" + a.instanceID(ctx)
 	at, owned := killInTransaction(t, ctx, kadm.NewClient(e.cl), a, txnID)
-	to := takeover{owned: owned, history: cl.records(owned)}
+	to := takeover{owned: owned, history: cl.records(owned), at: at}
 	to.first, to.all = cl.firstDecisions(ctx, owned, at)
 	after, err := b.Metric("canon_sequencer_restore_records_total")
 	if err != nil {

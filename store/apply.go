@@ -382,7 +382,7 @@ func (a *applier) applyVersion(v *schemas.Version) error {
 		if err := a.bindGroup(org, project, &v.Mutations[i]); err != nil {
 			return err
 		}
-		st := MutationStatus{Version: v.Version, Status: m.Status, Error: m.Error}
+		st := MutationStatus{Version: v.Version, Status: m.Status, Error: m.Error, Code: m.Code}
 		a.val = st.appendTo(a.val[:0])
 		a.k1 = appendMutationKey(a.k1[:0], p, org, project, branch, m.Client, m.ID)
 		if err := a.b.Set(a.k1, a.val, nil); err != nil {

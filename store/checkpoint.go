@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,11 +16,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
-
-// restoreTableSize is the size at which RestorePartition starts a new
-// sstable: large enough that a partition is a few files, small enough that
-// Pebble can place them in its levels without rewriting much.
-const restoreTableSize = 128 << 20
 
 // CheckpointPartition writes a Pebble checkpoint of the store into dir,
 // which must not exist, restricted to partition p: every file that holds
@@ -89,6 +87,10 @@ func (c *Checkpoint) Offset(p int32) (int64, bool, error) {
 // atomic step, so a crash leaves either the old partition or the
 // checkpoint's, each with its own offset. Other partitions are untouched.
 // The checkpoint must hold an offset for p (ErrInvalid otherwise).
+//
+// The copy reads every key of the partition: its cost grows with the
+// history. IngestPartition, over tables ExportPartition wrote, does not
+// copy.
 func (s *Store) RestorePartition(ctx context.Context, p int32, ck *Checkpoint) (offset int64, err error) {
 	if err := s.checkPartition(p); err != nil {
 		return 0, err
@@ -100,93 +102,245 @@ func (s *Store) RestorePartition(ctx context.Context, p int32, ck *Checkpoint) (
 	if !ok {
 		return 0, fmt.Errorf("%w: the checkpoint holds no offset of partition %d", ErrInvalid, p)
 	}
-	ps := &s.parts[p]
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	ps.forget()
-	defer ps.forgetChunks()
-
 	tmp, err := os.MkdirTemp(s.cfg.Dir, restoreDirPrefix)
 	if err != nil {
 		return 0, fmt.Errorf("restore partition %d: %w", p, err)
 	}
 	defer os.RemoveAll(tmp)
 	start := partitionPrefix(p)
-	end := prefixEnd(start)
-	paths, err := s.copySpan(ctx, ck.db, start, end, tmp)
+	paths, _, err := copySpan(ctx, ck.db, start, prefixEnd(start), tmp, s.db.FormatMajorVersion().MaxTableFormat())
 	if err != nil {
 		return 0, fmt.Errorf("restore partition %d: %w", p, err)
 	}
+	if err := s.ingestPartition(ctx, p, paths, offset); err != nil {
+		return 0, err
+	}
+	return offset, nil
+}
+
+// ExportPartition writes what the store holds of partition p now into
+// sstables in dir (created; it must not exist), in key order, each key
+// once with its value: tables IngestPartition can ingest as they are,
+// with no copy. It returns their paths and the partition's offset, read
+// from the same snapshot as the keys; ok is false when the store holds
+// nothing of p.
+//
+// The export reads every key of the partition (it is a checkpoint's cost,
+// paid by the owner in the background, so that a restore does not pay
+// it). Its table boundaries depend on the keys only (content-defined, see
+// exportCut), and a table's bytes on its keys and values only: the tables
+// of a key range that did not change since the last export are the same
+// files again, with the same checksums.
+func (s *Store) ExportPartition(ctx context.Context, p int32, dir string) (paths []string, offset int64, ok bool, err error) {
+	if err := s.checkPartition(p); err != nil {
+		return nil, 0, false, err
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	offset, ok, err = getOffset(snap, offsetKey(p))
+	if err != nil || !ok {
+		return nil, 0, false, err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, 0, false, fmt.Errorf("export partition %d: %w", p, err)
+	}
+	start := partitionPrefix(p)
+	paths, _, err = copySpan(ctx, snap, start, prefixEnd(start), dir, s.db.FormatMajorVersion().MaxTableFormat())
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("export partition %d: %w", p, err)
+	}
+	return paths, offset, true, nil
+}
+
+// IngestPartition replaces everything the store holds of partition p
+// with the tables at paths, which ExportPartition wrote (downloaded again:
+// the caller has checked their bytes), and which must hold offset as the
+// partition's offset. The tables are ingested as they are, with an
+// excise of the partition's key range: the old data goes and the new
+// comes in one atomic step, and nothing is copied when paths are on the
+// store's file system (they are hard-linked; the caller may remove them
+// afterwards). Other partitions are untouched.
+//
+// Before anything changes, every table is checked to hold only keys of p
+// and the partition's offset key to be offset (ErrInvalid otherwise).
+func (s *Store) IngestPartition(ctx context.Context, p int32, paths []string, offset int64) error {
+	if err := s.checkPartition(p); err != nil {
+		return err
+	}
+	if s.cfg.FS != nil && s.cfg.FS != vfs.Default {
+		return fmt.Errorf("%w: ingesting tables needs the operating system's file system", ErrInvalid)
+	}
+	if len(paths) == 0 {
+		return fmt.Errorf("%w: no table to ingest for partition %d", ErrInvalid, p)
+	}
+	start := partitionPrefix(p)
+	end := prefixEnd(start)
+	found := false
+	for _, path := range paths {
+		o, has, err := checkTable(ctx, path, start, end, offsetKey(p))
+		if err != nil {
+			return fmt.Errorf("%w: table %s of partition %d: %w", ErrInvalid, filepath.Base(path), p, err)
+		}
+		if has {
+			if o != offset {
+				return fmt.Errorf("%w: the tables hold offset %d of partition %d, expected %d", ErrInvalid, o, p, offset)
+			}
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("%w: the tables hold no offset of partition %d", ErrInvalid, p)
+	}
+	return s.ingestPartition(ctx, p, paths, offset)
+}
+
+// ingestPartition ingests tables of partition p's keys with an excise of
+// the partition's range, and sets the partition's offset.
+func (s *Store) ingestPartition(ctx context.Context, p int32, paths []string, offset int64) error {
+	start := partitionPrefix(p)
+	end := prefixEnd(start)
+	ps := &s.parts[p]
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.forget()
+	defer ps.forgetChunks()
 	if _, err := s.db.IngestAndExcise(ctx, paths, nil, nil, pebble.KeyRange{Start: start, End: end}); err != nil {
-		return 0, fmt.Errorf("restore partition %d: ingest the checkpoint's tables: %w", p, err)
+		return fmt.Errorf("restore partition %d: ingest the checkpoint's tables: %w", p, err)
 	}
 	// IngestAndExcise is durable through the manifest; the WAL holds
 	// nothing of it to sync.
 	s.setApplied(p, offset)
 	s.log.Info("store: restored partition from a checkpoint", "partition", p, "offset", offset, "tables", len(paths))
-	return offset, nil
+	return nil
 }
 
-// copySpan writes the keys of [start, end) of src into sstables in dir.
-func (s *Store) copySpan(ctx context.Context, src *pebble.DB, start, end []byte, dir string) (paths []string, err error) {
-	it, err := src.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+// checkTable checks that the sstable at path holds only keys in
+// [start, end), and returns the value of offsetKey as an offset if it
+// holds it.
+func checkTable(ctx context.Context, path string, start, end, offsetKey []byte) (offset int64, has bool, err error) {
+	f, err := vfs.Default.Open(path)
 	if err != nil {
-		return nil, err
+		return 0, false, err
+	}
+	readable, err := sstable.NewSimpleReadable(f)
+	if err != nil {
+		_ = f.Close()
+		return 0, false, err
+	}
+	r, err := sstable.NewReader(ctx, readable, sstable.ReaderOptions{})
+	if err != nil {
+		_ = readable.Close()
+		return 0, false, err
+	}
+	defer r.Close()
+	it, err := r.NewPointIter(ctx, sstable.IterOptions{})
+	if err != nil {
+		return 0, false, err
 	}
 	defer it.Close()
-	wopts := sstable.WriterOptions{TableFormat: s.db.FormatMajorVersion().MaxTableFormat()}
+	first, last := it.First(), it.Last()
+	switch {
+	case first == nil || last == nil:
+		return 0, false, errors.New("it holds no key")
+	case bytes.Compare(first.K.UserKey, start) < 0 || bytes.Compare(last.K.UserKey, end) >= 0:
+		return 0, false, errors.New("it holds keys of another partition")
+	}
+	kv := it.SeekGE(offsetKey, 0)
+	if kv == nil || !bytes.Equal(kv.K.UserKey, offsetKey) {
+		return 0, false, it.Error()
+	}
+	v, _, err := kv.Value(nil)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("an offset of %d bytes", len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), true, nil
+}
+
+// Table sizes of copySpan. A table ends after a key whose hash has
+// the bits of exportCutMask zero once it holds exportMinTable bytes, or at
+// exportMaxTable: boundaries depend on the keys, not on where the copy
+// started, so a key range that did not change gives the same tables.
+// Tables of tens of MiB keep a partition a handful of files that Pebble
+// places in its levels without rewriting much.
+// (Variables so that tests make many small tables.)
+var (
+	exportMinTable int64  = 16 << 20
+	exportMaxTable int64  = 128 << 20
+	exportCutMask  uint64 = 1<<16 - 1
+)
+
+// exportCut reports whether a table may end after key.
+func exportCut(key []byte) bool {
+	h := fnv.New64a()
+	_, _ = h.Write(key)
+	return h.Sum64()&exportCutMask == 0
+}
+
+// copySpan writes the keys of [start, end) of src into sstables in dir,
+// in order, and returns their paths and how many keys it wrote. Keys are
+// written with sequence number zero, one value per key (src's visible
+// one), as Pebble ingests them.
+func copySpan(ctx context.Context, src pebble.Reader, start, end []byte, dir string, format sstable.TableFormat) (paths []string, n int, err error) {
+	it, err := src.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer it.Close()
+	wopts := sstable.WriterOptions{TableFormat: format}
 	var w *sstable.Writer
 	var size int64
-	closeW := func() error {
-		if w == nil {
-			return nil
-		}
-		err := w.Close()
-		w = nil
-		return err
-	}
 	defer func() {
 		if w != nil {
 			_ = w.Close()
 		}
 	}()
-	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
-		if w == nil || size >= restoreTableSize {
-			if err := closeW(); err != nil {
-				return nil, err
-			}
+		if w == nil {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			path := filepath.Join(dir, fmt.Sprintf("%06d.sst", len(paths)))
 			f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wopts)
 			paths, size = append(paths, path), 0
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return nil, fmt.Errorf("%w: read the checkpoint: %w", ErrCorrupt, err)
+			return nil, 0, fmt.Errorf("%w: read the partition: %w", ErrCorrupt, err)
 		}
 		if err := w.Set(it.Key(), v); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		size += int64(len(it.Key()) + len(v))
 		n++
+		if size >= exportMaxTable || (size >= exportMinTable && exportCut(it.Key())) {
+			err := w.Close()
+			w = nil
+			if err != nil {
+				return nil, 0, err
+			}
+		}
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("%w: read the checkpoint: %w", ErrCorrupt, err)
+		return nil, 0, fmt.Errorf("%w: read the partition: %w", ErrCorrupt, err)
 	}
-	if err := closeW(); err != nil {
-		return nil, err
+	if w != nil {
+		err := w.Close()
+		w = nil
+		if err != nil {
+			return nil, 0, err
+		}
 	}
 	if n == 0 {
-		return nil, errors.New("the checkpoint holds no key of the partition")
+		return nil, 0, errors.New("no key of the partition")
 	}
-	return paths, nil
+	return paths, n, nil
 }
 
 var discardLog = slog.New(slog.DiscardHandler)

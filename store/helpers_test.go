@@ -196,6 +196,12 @@ func (b *versionBuilder) mutation(client string, id uint64, status, msg string) 
 	return b
 }
 
+// code gives the last mutation added an error code.
+func (b *versionBuilder) code(code string) *versionBuilder {
+	b.v.Mutations[len(b.v.Mutations)-1].Code = code
+	return b
+}
+
 // commit finishes the version, records it in the model and returns its
 // changelog records: the new chunks, then the version.
 func (b *versionBuilder) commit() []Record {

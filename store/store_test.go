@@ -30,7 +30,7 @@ func history(pm *projectModel) [][]Record {
 		put("notes", "a", `{"t":"A2"}`, `{"text":"`+long+`!"}`). // shares 4 chunks
 		del("notes", "b").
 		mutation("c1", 2, schemas.StatusApplied, "").
-		mutation("c2", 1, schemas.StatusError, "no such note").commit())
+		mutation("c2", 1, schemas.StatusError, "no such note").code("note_not_found").commit())
 	add(pm.next("main").scalar("name", `"Doc 2"`).
 		put("notes", "b", `{"t":"again"}`, `{"text":"b2"}`). // re-put
 		mutation("c2", 2, schemas.StatusApplied, "").commit())
@@ -230,7 +230,7 @@ func TestQueries(t *testing.T) {
 			ok             bool
 		}{
 			{"main", "c1", 1, MutationStatus{Version: 1, Status: "applied"}, true},
-			{"main", "c2", 1, MutationStatus{Version: 2, Status: "error", Error: "no such note"}, true},
+			{"main", "c2", 1, MutationStatus{Version: 2, Status: "error", Error: "no such note", Code: "note_not_found"}, true},
 			{"main", "c1", 4, MutationStatus{Version: 5, Status: "applied"}, true},
 			{"main", "c1", 5, MutationStatus{}, false},
 			{"main", "c3", 1, MutationStatus{}, false},

@@ -555,14 +555,27 @@ type MutationStatus struct {
 	Status string `json:"status"`
 	// Error is the mutator's error message (status error).
 	Error string `json:"error,omitempty"`
+	// Code is the error outcome's stable code (status error), e.g.
+	// mutator_error or an application's own; empty in records written
+	// before codes were stored.
+	Code string `json:"code,omitempty"`
 }
 
+// appendTo encodes the record: version | status | error [| code]. The
+// code is a trailing field, left out when empty, so that a record written
+// before codes were stored (it ends after the error) reads as one without
+// a code and records without codes stay byte for byte what they were.
 func (m *MutationStatus) appendTo(b []byte) []byte {
 	b = binary.AppendUvarint(b, m.Version)
 	b = binary.AppendUvarint(b, uint64(len(m.Status)))
 	b = append(b, m.Status...)
 	b = binary.AppendUvarint(b, uint64(len(m.Error)))
-	return append(b, m.Error...)
+	b = append(b, m.Error...)
+	if m.Code != "" {
+		b = binary.AppendUvarint(b, uint64(len(m.Code)))
+		b = append(b, m.Code...)
+	}
+	return b
 }
 
 func decodeMutationStatus(b []byte) (MutationStatus, error) {
@@ -571,6 +584,9 @@ func decodeMutationStatus(b []byte) (MutationStatus, error) {
 	m.Version = d.uvarint()
 	m.Status = string(d.bytes(int(d.uvarint())))
 	m.Error = string(d.bytes(int(d.uvarint())))
+	if len(d.b) > 0 && d.err == nil {
+		m.Code = string(d.bytes(int(d.uvarint())))
+	}
 	return m, d.done("mutation record")
 }
 

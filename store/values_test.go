@@ -142,3 +142,32 @@ func TestEntryRoundTrip(t *testing.T) {
 		t.Errorf("a body of one chunk takes %d bytes, of another chunk %d", len(one), len(many))
 	}
 }
+
+// A mutation record round-trips with and without its code, and one
+// written before codes were stored (version | status | error, nothing
+// after) still reads, as a record without a code.
+func TestMutationStatusRecord(t *testing.T) {
+	for _, m := range []MutationStatus{
+		{Version: 1, Status: schemas.StatusApplied},
+		{Version: 7, Status: schemas.StatusError, Error: "no such note"},
+		{Version: 1 << 40, Status: schemas.StatusError, Error: "title taken", Code: "rename_conflict"},
+	} {
+		got, err := decodeMutationStatus(m.appendTo(nil))
+		if err != nil || got != m {
+			t.Errorf("round trip of %+v: %+v %v", m, got, err)
+		}
+	}
+	// The bytes an older Canon wrote for version 7, error "boom".
+	old := []byte{7, 5, 'e', 'r', 'r', 'o', 'r', 4, 'b', 'o', 'o', 'm'}
+	if got, err := decodeMutationStatus(old); err != nil || got != (MutationStatus{Version: 7, Status: "error", Error: "boom"}) {
+		t.Errorf("an older record: %+v %v", got, err)
+	}
+	if rec := (&MutationStatus{Version: 7, Status: "error", Error: "boom"}).appendTo(nil); string(rec) != string(old) {
+		t.Errorf("a record without a code is not written as before")
+	}
+	// A truncated code is corrupt, not a shorter code.
+	rec := (&MutationStatus{Version: 7, Status: "error", Error: "boom", Code: "boom_code"}).appendTo(nil)
+	if _, err := decodeMutationStatus(rec[:len(rec)-2]); err == nil {
+		t.Errorf("a truncated code decoded")
+	}
+}

@@ -1,6 +1,8 @@
 // Package webui serves Canon's web UI: plain HTML, CSS and JavaScript
-// modules under assets/, embedded in the binary (no build step, at build
-// time or at run time). The UI talks to Canon only through its public
+// modules under assets/, embedded in the binary (no build step at build
+// time or at run time). assets/canon.js is the TypeScript client's
+// browser build, generated (go generate ./webui) and committed; a test
+// checks it is current. The UI talks to Canon only through its public
 // read API, push API and websocket, with a token the user pastes or
 // passes in the URL's fragment (#token=…), so it can be served by any
 // instance that serves the read API. docs/ui.md describes it.
@@ -16,6 +18,8 @@ import (
 	"path"
 	"strings"
 )
+
+//go:generate go run ./internal/genclient
 
 // Prefix is where Mount serves the UI.
 const Prefix = "/ui/"

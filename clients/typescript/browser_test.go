@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/canon-sync/canon/client"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/readapi"
 )
@@ -31,8 +32,8 @@ func canonEval(t *testing.T, tb *testenv.Tab, expr string) string {
 // emulation makes 500 edits (1,000 pending mutations, rebased on the other
 // tab's versions) while the other edits, and both converge once it is back; a change Canon refuses is rolled back; a tab reloaded in the
 // middle of pushing 100 mutations resumes them from IndexedDB: each is
-// applied once. (A version gap and a reset on the socket are tested in
-// Node against a fake server: test/client.test.ts.)
+// applied once. (A version gap and a reset on the socket:
+// TestBrowserGapAndReset.)
 func TestBrowserTabs(t *testing.T) {
 	chromium := testenv.Chromium(t)
 	dir := project(t)
@@ -164,5 +165,87 @@ func TestBrowserTabs(t *testing.T) {
 		if m.Status != want {
 			t.Errorf("mutation %d of tab A: %+v, want %s", id2, m, want)
 		}
+	}
+}
+
+// The client in Chromium against a real Canon, when the socket does not
+// continue the view it holds: a client whose IndexedDB holds version 1000
+// of a branch at version 3 (as after Canon's topics were recreated) is
+// answered with a reset and reloads the branch, dropping what Canon does
+// not have; a version message lost on the socket (dropped by the page) is
+// a gap, after which the client resumes from the version it holds and
+// gets the lost one. The view is Canon's after each.
+func TestBrowserGapAndReset(t *testing.T) {
+	chromium := testenv.Chromium(t)
+	dir := project(t)
+	npm(t, dir, nil, "run", "--silent", "test-page")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := stack(t, func(mux *http.ServeMux) {
+		mux.Handle("/client-test/", http.StripPrefix("/client-test/", http.FileServer(http.Dir(filepath.Join(dir, "build", "browser")))))
+	})
+	tok := token(t, s, "user:ann")
+	const proj = "gapreset"
+	// Three versions before the page opens.
+	bot := client.New(s.URL, client.WithToken(tok))
+	for i := 1; i <= 3; i++ {
+		res, err := bot.Push(ctx, "acme", proj, client.Push{ClientGroup: "bots", Mutations: []client.Mutation{
+			{Client: "bot", ID: uint64(i), Name: "item.put", Args: json.RawMessage(fmt.Sprintf(`{"collection":"notes","id":"n%d","data":{"i":%d}}`, i, i))}}},
+			client.PushOptions{Wait: true})
+		if err != nil || len(res.Outcomes) != 1 || res.Outcomes[0].Status != client.Applied {
+			t.Fatalf("seed %d: %+v %v", i, res, err)
+		}
+	}
+	deadline, _ := ctx.Deadline()
+	tb := testenv.OpenTabs(t, chromium, deadline, []string{"tab"})[0]
+	tb.Do(t, "open", chromedp.Navigate(s.URL+"/client-test/index.html"), testenv.Until(`window.canonTest !== undefined`))
+	canonEval(t, tb, fmt.Sprintf("startFaulty(%q, %q, %q)", s.URL, tok, proj))
+
+	same := func(what string, version int) {
+		t.Helper()
+		tb.Do(t, what, testenv.Until(`window.canonTest.version() === `+strconv.Itoa(version)), testenv.Until(`window.canonTest.pending() === 0`))
+		want := canonView(t, s, proj)
+		var v string
+		if err := json.Unmarshal([]byte(canonEval(t, tb, "view()")), &v); err != nil {
+			t.Fatal(err)
+		}
+		if got := normalize(t, []byte(v)); !bytes.Equal(got, want) {
+			t.Fatalf("%s: the tab's view\n %s\nCanon's\n %s", what, got, want)
+		}
+	}
+	// from=1000 is ahead of head 3: Canon resets, the client loads version 3.
+	same("after the reset", 3)
+	if ev := canonEval(t, tb, "events()"); ev != `"[\"state:storage:1000\",\"state:reset:3\"]"` {
+		t.Fatalf("events of the reset: %s", ev)
+	}
+
+	// The page drops the next version message (the tab's own edit, v4);
+	// v5 then arrives after v3: a gap. The client resumes from 3 and gets both.
+	canonEval(t, tb, "dropNextVersion()")
+	canonEval(t, tb, `putLater("notes", "g1", {gap: 1})`)
+	tb.Do(t, "a version dropped", testenv.Until(`window.canonTest.dropped() === 1`))
+	if v := canonEval(t, tb, "version()"); v != "3" {
+		t.Fatalf("the client applied a version it never got: at %s", v)
+	}
+	res, err := bot.Push(ctx, "acme", proj, client.Push{ClientGroup: "bots", Mutations: []client.Mutation{
+		{Client: "bot", ID: 4, Name: "item.put", Args: json.RawMessage(`{"collection":"notes","id":"g2","data":{"gap":2}}`)}}},
+		client.PushOptions{Wait: true})
+	if err != nil || res.Outcomes[0].Status != client.Applied {
+		t.Fatalf("push after the drop: %+v %v", res, err)
+	}
+	same("after the gap", 5)
+	if errs := canonEval(t, tb, "clientErrors()"); !bytes.Contains([]byte(errs), []byte("version_gap")) {
+		t.Fatalf("the client did not report the gap: %s", errs)
+	}
+	var ev []string
+	var evText string
+	if err := json.Unmarshal([]byte(canonEval(t, tb, "events()")), &evText); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(evText), &ev); err != nil || !slices.Equal(ev[2:], []string{"version:4", "version:5"}) {
+		t.Fatalf("versions after the gap: %s", evText)
+	}
+	if errs := tb.Exceptions(); len(errs) > 0 {
+		t.Errorf("the page threw: %v", errs)
 	}
 }

@@ -77,6 +77,10 @@ type Stack struct {
 	URL string
 	// Client produces raw records with a manual partitioner.
 	Client *kgo.Client
+	// Inflight is what the stack's producers are writing, for its
+	// sequencer (sequencer.Config.Inflight), as in one `canon serve`
+	// process with both roles; Client's records are not counted.
+	Inflight *kafka.Inflight
 
 	tb      testing.TB
 	cleanup []func()
@@ -116,8 +120,9 @@ func Start(tb testing.TB, opt Options) *Stack {
 		tb.Fatal(err)
 	}
 	if !opt.NoSequencer {
+		s.Inflight = kafka.NewInflight(s.Partitions)
 		seq, err := sequencer.New(sequencer.Config{Kafka: s.Kafka, Topics: s.Topics, Store: s.Store,
-			Group: s.Group, Registry: opt.Registry, Bundles: opt.Bundles})
+			Group: s.Group, Registry: opt.Registry, Bundles: opt.Bundles, Inflight: s.Inflight})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -175,6 +180,9 @@ func (s *Stack) NewProducer(cfg producer.Config) *producer.Producer {
 	cfg.Kafka, cfg.Topics, cfg.Keys = s.Kafka, s.Topics, s.Keys.VerifyOnly()
 	if cfg.SequencerGroup == "" {
 		cfg.SequencerGroup = s.Group
+	}
+	if cfg.Inflight == nil {
+		cfg.Inflight = s.Inflight
 	}
 	p, err := producer.New(cfg)
 	if err != nil {

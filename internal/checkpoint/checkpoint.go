@@ -12,15 +12,16 @@
 // changelog:
 //
 //	PREFIX/files/SHA256
-//	PREFIX/manifests/TOPIC/PARTITION/OFFSET-WRITER.json
+//	PREFIX/manifests/TOPIC/PARTITION/OFFSET-gGENERATION-WRITER.json
 //
-// Manifests are never overwritten: their names hold the offset and a
-// writer id unique to one process and group generation, and they are
-// written with an if-not-exists precondition. A zombie owner (one that
-// lost the partition and has not noticed yet) can only add a manifest of
-// a changelog prefix it saw committed, at an offset at most the newer
-// owner's: a valid, older checkpoint, never a replacement of the newer
-// one.
+// Manifests are never overwritten: their names hold the offset, the
+// consumer group generation of the owner and a writer id unique to one
+// process, and they are written with an if-not-exists precondition.
+// Restores take the highest offset, then the highest generation. A zombie
+// owner (one that lost the partition and has not noticed yet) can only
+// add a manifest of a changelog prefix it saw committed, at an offset at
+// most the newer owner's and of an older generation: a valid, older
+// checkpoint, never a replacement of the newer one.
 package checkpoint
 
 import (
@@ -186,8 +187,20 @@ const (
 	restoreDirPrefix = "canon-restore-"
 )
 
-// ManifestFormat is the format of the manifests this Canon writes.
-const ManifestFormat = 1
+// Manifest formats. ManifestFormat is the one this Canon writes; it
+// reads both.
+const (
+	// formatPebbleCheckpoint (1): the files are a Pebble checkpoint of
+	// the owner's whole store restricted to the partition (sstables that
+	// may hold other partitions' keys, several values per key, the WAL,
+	// Pebble's MANIFEST); a restore opens it and copies the partition's
+	// keys into new tables.
+	formatPebbleCheckpoint = 1
+	// ManifestFormat (2): the files are the partition's own sstables,
+	// in key order, each key once (store.ExportPartition); a restore
+	// ingests them as they are.
+	ManifestFormat = 2
+)
 
 // Manifest describes one checkpoint.
 type Manifest struct {
@@ -219,29 +232,44 @@ func (k *Bucket) manifestDir(p int32) string {
 	return fmt.Sprintf("%smanifests/%s/%05d/", k.cfg.Prefix, k.cfg.Topic, p)
 }
 
+// manifestKey is OFFSET-gGENERATION-WRITER.json, both numbers zero-padded
+// so that names sort as numbers do; an unknown generation (-1) is 0.
 func (k *Bucket) manifestKey(m *Manifest) string {
-	return fmt.Sprintf("%s%020d-g%d-%s.json", k.manifestDir(m.Partition), m.Offset, max(m.Generation, 0), m.Writer)
+	return fmt.Sprintf("%s%020d-g%010d-%s.json", k.manifestDir(m.Partition), m.Offset, max(m.Generation, 0), m.Writer)
 }
 
 // manifestRef is a manifest listed in the bucket.
 type manifestRef struct {
-	key     string
-	offset  int64
-	modTime time.Time
+	key        string
+	offset     int64
+	generation int32
+	modTime    time.Time
 }
 
-// parseManifestKey reads the offset of a manifest's name.
-func parseManifestKey(key string) (int64, bool) {
+// parseManifestKey reads the offset and the generation of a manifest's
+// name. (Manifests of earlier versions have an unpadded generation.)
+func parseManifestKey(key string) (offset int64, generation int32, ok bool) {
 	base := key[strings.LastIndexByte(key, '/')+1:]
 	if !strings.HasSuffix(base, ".json") {
-		return 0, false
+		return 0, 0, false
 	}
-	digits, _, ok := strings.Cut(base, "-")
+	digits, rest, ok := strings.Cut(base, "-")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	o, err := strconv.ParseInt(digits, 10, 64)
-	return o, err == nil && o >= 0
+	if err != nil || o < 0 {
+		return 0, 0, false
+	}
+	gen, _, ok := strings.Cut(rest, "-")
+	if !ok || !strings.HasPrefix(gen, "g") {
+		return 0, 0, false
+	}
+	g, err := strconv.ParseInt(gen[1:], 10, 32)
+	if err != nil || g < 0 {
+		return 0, 0, false
+	}
+	return o, int32(g), true
 }
 
 // list returns the manifests under prefix, newest offset first.
@@ -259,11 +287,11 @@ func (k *Bucket) list(ctx context.Context, prefix string) ([]manifestRef, error)
 		if obj.IsDir {
 			continue
 		}
-		o, ok := parseManifestKey(obj.Key)
+		o, g, ok := parseManifestKey(obj.Key)
 		if !ok {
 			continue
 		}
-		out = append(out, manifestRef{key: obj.Key, offset: o, modTime: obj.ModTime})
+		out = append(out, manifestRef{key: obj.Key, offset: o, generation: g, modTime: obj.ModTime})
 	}
 	sortRefs(out)
 	return out, nil
@@ -283,10 +311,12 @@ func (k *Bucket) readManifest(ctx context.Context, ref manifestRef) (*Manifest, 
 		return nil, fmt.Errorf("%w: manifest %s does not decode (truncated?): %w", ErrInvalid, ref.key, err)
 	}
 	switch {
-	case m.Format != ManifestFormat:
-		return nil, fmt.Errorf("%w: manifest %s has format %d, this Canon reads %d", ErrInvalid, ref.key, m.Format, ManifestFormat)
+	case m.Format != ManifestFormat && m.Format != formatPebbleCheckpoint:
+		return nil, fmt.Errorf("%w: manifest %s has format %d, this Canon reads %d and %d", ErrInvalid, ref.key, m.Format, formatPebbleCheckpoint, ManifestFormat)
 	case m.Offset != ref.offset:
 		return nil, fmt.Errorf("%w: manifest %s says offset %d, its name %d", ErrInvalid, ref.key, m.Offset, ref.offset)
+	case max(m.Generation, 0) != ref.generation:
+		return nil, fmt.Errorf("%w: manifest %s says generation %d, its name %d", ErrInvalid, ref.key, m.Generation, ref.generation)
 	case len(m.Files) == 0:
 		return nil, fmt.Errorf("%w: manifest %s names no file", ErrInvalid, ref.key)
 	}

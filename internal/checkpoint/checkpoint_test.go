@@ -337,6 +337,22 @@ func TestZombieCannotReplace(t *testing.T) {
 	if _, ok, err := ownerBucket.Restore(context.Background(), part, topicID, -1, f.next); err != nil || !ok {
 		t.Fatalf("new owner's restore: %v, %v", ok, err)
 	}
+	// At the same offset, the newer owner's generation wins whatever
+	// the writer ids (and 10 is above 9 as a number, not as text).
+	ctx := context.Background()
+	atBase, err := ownerBucket.Take(ctx, part, checkpoint.TakeOptions{TopicID: topicID, Generation: 10})
+	if err != nil || atBase.Offset != zombieNext {
+		t.Fatalf("new owner's Take after its restore = %v, %v", atBase, err)
+	}
+	late := f.open(checkpoint.Config{Store: zombieStore})
+	if _, err := late.Take(ctx, part, checkpoint.TakeOptions{TopicID: topicID, Generation: 9}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []*checkpoint.Bucket{late, f.open(checkpoint.Config{Store: f.openStore("reader")})} {
+		if m, err := k.Newest(ctx, part); err != nil || m.Generation != 10 || m.Writer != atBase.Writer {
+			t.Fatalf("Newest = %+v, %v; want the new owner's of generation 10", m, err)
+		}
+	}
 	f.st = owner
 	f.write(500)
 	newer := f.take(ownerBucket)
@@ -352,8 +368,8 @@ func TestZombieCannotReplace(t *testing.T) {
 	if m, err := zombie2.Take(context.Background(), part, checkpoint.TakeOptions{TopicID: topicID, Generation: 1}); err != nil || m.Offset != zombieNext {
 		t.Fatalf("restarted zombie Take = %v, %v", m, err)
 	}
-	if got := len(f.objects("canon/manifests/")); got != 3 {
-		t.Fatalf("%d manifests; want 3 (base, newer, the restarted zombie's)", got)
+	if got := len(f.objects("canon/manifests/")); got != 5 {
+		t.Fatalf("%d manifests; want 5 (base, the new owner's two, the zombie's two)", got)
 	}
 	m, err := ownerBucket.Newest(context.Background(), part)
 	if err != nil || m.Offset != newer.Offset {

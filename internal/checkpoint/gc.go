@@ -67,11 +67,11 @@ func (k *Bucket) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("list checkpoint manifests: %w", err)
 		}
-		o, ok := parseManifestKey(obj.Key)
+		o, g, ok := parseManifestKey(obj.Key)
 		if obj.IsDir || !ok {
 			continue
 		}
-		m, err := k.readManifest(ctx, manifestRef{key: obj.Key, offset: o, modTime: obj.ModTime})
+		m, err := k.readManifest(ctx, manifestRef{key: obj.Key, offset: o, generation: g, modTime: obj.ModTime})
 		switch {
 		case errors.Is(err, ErrInvalid):
 			continue // names nothing a restore would use

@@ -93,24 +93,49 @@ func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref ma
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return 0, err
 	}
-	for _, f := range m.Files {
-		if err := k.download(ctx, f, filepath.Join(dir, f.Name)); err != nil {
+	start := time.Now()
+	paths := make([]string, len(m.Files))
+	for i, f := range m.Files {
+		paths[i] = filepath.Join(dir, f.Name)
+		if err := k.download(ctx, f, paths[i]); err != nil {
 			return 0, err
 		}
 	}
+	downloaded := time.Since(start)
+	var o int64
+	if m.Format == formatPebbleCheckpoint {
+		o, err = restorePebbleCheckpoint(ctx, k.cfg.Store, p, dir, m.Offset)
+	} else {
+		o, err = m.Offset, k.cfg.Store.IngestPartition(ctx, p, paths, m.Offset)
+	}
+	if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrCorrupt) {
+		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	k.log.Info("checkpoint downloaded and ingested", "partition", p, "files", len(m.Files),
+		"download", downloaded, "ingest", time.Since(start)-downloaded)
+	return o, nil
+}
+
+// restorePebbleCheckpoint restores a checkpoint of manifest format 1 (a
+// Pebble checkpoint of the owner's store, downloaded into dir): its
+// partition's keys are copied into new tables, then ingested.
+func restorePebbleCheckpoint(ctx context.Context, st *store.Store, p int32, dir string, offset int64) (int64, error) {
 	ck, err := store.OpenCheckpoint(dir)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	defer ck.Close()
 	o, ok, err := ck.Offset(p)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
-	case !ok || o != m.Offset:
-		return 0, fmt.Errorf("%w: the checkpoint holds offset %d (found %v), its manifest says %d", ErrInvalid, o, ok, m.Offset)
+		return 0, err
+	case !ok || o != offset:
+		return 0, fmt.Errorf("%w: the checkpoint holds offset %d (found %v), its manifest says %d", ErrInvalid, o, ok, offset)
 	}
-	return k.cfg.Store.RestorePartition(ctx, p, ck)
+	return st.RestorePartition(ctx, p, ck)
 }
 
 // download copies a checkpoint file to path, checking its size and hash.

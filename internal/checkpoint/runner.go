@@ -31,7 +31,12 @@ type RunnerConfig struct {
 	Owned func() []int32
 	// TopicID returns the changelog's incarnation (Kafka topic id, hex).
 	TopicID func(ctx context.Context) (string, error)
-	Log     *slog.Logger
+	// Generation returns the consumer group generation in which this
+	// instance owns the partitions Owned returns; its manifests carry it,
+	// so that of two checkpoints at the same offset a restore takes the
+	// newer owner's. Nil, or -1, when not known.
+	Generation func() int32
+	Log        *slog.Logger
 }
 
 // Runner takes the checkpoints of the partitions an instance owns, every
@@ -124,7 +129,11 @@ func (r *Runner) Once(ctx context.Context) error {
 				return errors.Join(append(errs, err)...)
 			}
 		}
-		m, err := k.Take(ctx, p, TakeOptions{TopicID: topicID, Generation: -1})
+		gen := int32(-1)
+		if r.cfg.Generation != nil {
+			gen = r.cfg.Generation()
+		}
+		m, err := k.Take(ctx, p, TakeOptions{TopicID: topicID, Generation: gen})
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"sync"
@@ -12,25 +13,17 @@ import (
 var errEOF = io.EOF
 
 // bucketState is what a Bucket remembers: manifests it read (they are
-// immutable), the hashes of local files it computed (sstables are
-// immutable and their numbers never reused), and the files garbage
-// collection saw unreferenced.
+// immutable), and the files garbage collection saw unreferenced.
 type bucketState struct {
 	mu        sync.Mutex
 	manifests map[string]*Manifest
-	hashes    map[string]fileHash // by local path of an sstable in the store
 	// unreferenced is when GC first saw a file that no manifest names.
 	unreferenced map[string]time.Time
 	lastGC       time.Time
 }
 
-type fileHash struct {
-	size int64
-	sum  string
-}
-
 func newBucketState() *bucketState {
-	return &bucketState{manifests: map[string]*Manifest{}, hashes: map[string]fileHash{}, unreferenced: map[string]time.Time{}}
+	return &bucketState{manifests: map[string]*Manifest{}, unreferenced: map[string]time.Time{}}
 }
 
 func (s *bucketState) manifest(key string) *Manifest {
@@ -51,15 +44,16 @@ func (s *bucketState) forgetManifest(key string) {
 	delete(s.manifests, key)
 }
 
-// sortRefs sorts manifests newest offset first, then by name (the
-// generation and writer) descending, so the order is total.
+// sortRefs sorts manifests newest offset first, then newest generation
+// (of two checkpoints of the same changelog prefix, the newer owner's),
+// then by name descending, so the order is total.
 func sortRefs(refs []manifestRef) {
 	slices.SortFunc(refs, func(a, b manifestRef) int {
-		if a.offset != b.offset {
-			if a.offset > b.offset {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(b.offset, a.offset); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.generation, a.generation); c != 0 {
+			return c
 		}
 		if a.key > b.key {
 			return -1

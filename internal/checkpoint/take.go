@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"gocloud.dev/blob"
@@ -45,27 +44,21 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 		return nil, fmt.Errorf("checkpoint partition %d: %w", p, err)
 	}
 	defer os.RemoveAll(tmp)
-	dir := filepath.Join(tmp, "ck")
-	offset, ok, err := k.cfg.Store.CheckpointPartition(p, dir)
+	start := time.Now()
+	paths, offset, ok, err := k.cfg.Store.ExportPartition(ctx, p, filepath.Join(tmp, "tables"))
 	if err != nil || !ok {
 		return nil, err
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint partition %d: %w", p, err)
-	}
+	exported := time.Since(start)
 	m := &Manifest{Format: ManifestFormat, Topic: k.cfg.Topic, TopicID: opts.TopicID, Partition: p, Offset: offset,
 		Generation: opts.Generation, Writer: k.writer, CreatedAt: time.Now().UTC()}
 	var uploaded, reused int
 	var bytes int64
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		f, up, err := k.putFile(ctx, path, e.Name())
+	for _, path := range paths {
+		name := filepath.Base(path)
+		f, up, err := k.putFile(ctx, path, name)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint partition %d: upload %s: %w", p, e.Name(), err)
+			return nil, fmt.Errorf("checkpoint partition %d: upload %s: %w", p, name, err)
 		}
 		m.Files = append(m.Files, f)
 		if up {
@@ -100,56 +93,34 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 		mt.checkpointAt.WithLabelValues(strconv.Itoa(int(p))).Set(float64(offset))
 	}
 	k.log.Info("checkpoint written", "partition", p, "offset", offset, "manifest", key,
-		"files", len(m.Files), "uploaded", uploaded, "uploaded_bytes", bytes, "reused", reused)
+		"files", len(m.Files), "uploaded", uploaded, "uploaded_bytes", bytes, "reused", reused,
+		"export", exported, "took", time.Since(start))
 	return m, nil
 }
 
 // putFile uploads a file of a checkpoint unless the bucket holds it,
 // and reports whether it uploaded.
 func (k *Bucket) putFile(ctx context.Context, path, name string) (File, bool, error) {
-	st, err := os.Stat(path)
+	sum, md5sum, size, err := hashFile(path)
 	if err != nil {
 		return File{}, false, err
 	}
-	// An sstable's name is never reused by the store, and its bytes never
-	// change: its hash is computed once. Other files (WAL, MANIFEST,
-	// OPTIONS, markers) are hashed each time.
-	sst := strings.HasSuffix(name, ".sst")
-	k.state.mu.Lock()
-	h, known := k.state.hashes[name]
-	k.state.mu.Unlock()
-	if !sst || !known || h.size != st.Size() {
-		sum, err := hashFile(path)
-		if err != nil {
-			return File{}, false, err
-		}
-		h = fileHash{size: st.Size(), sum: sum}
-		if sst {
-			k.state.mu.Lock()
-			k.state.hashes[name] = h
-			k.state.mu.Unlock()
-		}
-	}
-	f := File{Name: name, SHA256: h.sum, Size: h.size}
-	key := k.fileKey(h.sum)
+	f := File{Name: name, SHA256: sum, Size: size}
+	key := k.fileKey(sum)
 	// Asked each time, not remembered: a file deleted from the bucket
 	// (by hand, or a sweep) is uploaded again by the next checkpoint.
-	have := false
 	attrs, err := k.b.Attributes(ctx, key)
 	switch {
-	case err == nil && attrs.Size == h.size:
-		have = true
+	case err == nil && attrs.Size == size:
+		k.markUploaded(sum)
+		return f, false, nil
 	case err != nil && gcerrors.Code(err) != gcerrors.NotFound:
 		return File{}, false, err
 	}
-	if have {
-		k.markUploaded(h.sum)
-		return f, false, nil
-	}
-	if err := k.upload(ctx, path, key); err != nil {
+	if err := k.upload(ctx, path, key, md5sum); err != nil {
 		return File{}, false, err
 	}
-	k.markUploaded(h.sum)
+	k.markUploaded(sum)
 	return f, true, nil
 }
 
@@ -161,17 +132,13 @@ func (k *Bucket) markUploaded(sum string) {
 
 // upload writes a file with its MD5 as Content-MD5, so a transfer that
 // is cut or altered is refused by the bucket rather than stored.
-func (k *Bucket) upload(ctx context.Context, path, key string) error {
-	sum, err := md5File(path)
-	if err != nil {
-		return err
-	}
+func (k *Bucket) upload(ctx context.Context, path, key string, md5sum []byte) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w, err := k.b.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream", ContentMD5: sum})
+	w, err := k.b.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream", ContentMD5: md5sum})
 	if err != nil {
 		return err
 	}
@@ -182,28 +149,18 @@ func (k *Bucket) upload(ctx context.Context, path, key string) error {
 	return w.Close()
 }
 
-func hashFile(path string) (string, error) {
+// hashFile reads a file once for its SHA-256 (hex: its name in the
+// bucket), its MD5 (for the upload) and its size.
+func hashFile(path string) (sum string, md5sum []byte, size int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", nil, 0, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func md5File(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	h, m := sha256.New(), md5.New() //nolint:gosec // see upload
+	size, err = io.Copy(io.MultiWriter(h, m), f)
 	if err != nil {
-		return nil, err
+		return "", nil, 0, err
 	}
-	defer f.Close()
-	h := md5.New() //nolint:gosec // see upload
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, err
-	}
-	return h.Sum(nil), nil
+	return hex.EncodeToString(h.Sum(nil)), m.Sum(nil), size, nil
 }

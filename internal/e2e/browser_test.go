@@ -133,10 +133,13 @@ func choose(selector, value string) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// Two pages on one project in headless Chromium: an edit in one appears
-// in the other, both see the timeline with every outcome (applied, error,
-// a gap's rejection), a past version reads as it was and a branch starts
-// from it, and an item's history shows the diff between its versions.
+// Two pages on one project in headless Chromium, each editing through its
+// own @canon/client: an edit in one appears in the other, both see the
+// timeline with every outcome (applied, error, a gap's rejection), an
+// edit made offline shows at once as pending and reaches the other page
+// after the reconnect, an edit Canon refuses is rolled back and shown as
+// such, a past version reads as it was and a branch starts from it, and an
+// item's history shows the diff between its versions.
 func TestBrowserTwoPagesEditLive(t *testing.T) {
 	chromium := testenv.Chromium(t)
 	artifacts := testenv.ArtifactDir(t)
@@ -152,8 +155,8 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		t.Fatalf("seed: %+v", o)
 	}
 
-	// Two tabs of one browser: one local storage (the token, the client
-	// group), a session storage and so a client id each.
+	// Two tabs of one browser: one local storage (the token) and one
+	// IndexedDB, where each tab's client claims a slot of its own.
 	deadline, _ := ctx.Deadline()
 	tabs := testenv.OpenTabs(t, chromium, deadline, []string{"page A", "page B"}, chromedp.WindowSize(1280, 900))
 	a, b := tabs[0], tabs[1]
@@ -180,8 +183,11 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		chromedp.Navigate(base+"/ui/#/p/acme/web"),
 		visible(`#status[data-state="live"]`),
 		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `"text":"hello"`)))
-	clientA := eval(t, a, `sessionStorage.getItem("canon.client") ?? ""`)
-	clientB := eval(t, b, `sessionStorage.getItem("canon.client") ?? ""`)
+	clientOf := func(tb *testenv.Tab) string {
+		tb.Do(t, "know the client", testenv.Until(`document.querySelector("#who")?.dataset.client !== undefined`))
+		return eval(t, tb, `document.querySelector("#who").dataset.client`)
+	}
+	clientA, clientB := clientOf(a), clientOf(b)
 	if clientA == "" || clientA == clientB {
 		t.Fatalf("the pages push as clients %q and %q: each needs its own", clientA, clientB)
 	}
@@ -221,6 +227,56 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		visible(`#outcomes li[data-id="2"][data-status="applied"]`))
 	b.Do(t, "see the name", testenv.Until(textHas(`dl.scalars`, `"Web site"`)))
 
+	// A goes offline and adds n3: its page shows it at once, pending and
+	// queued in the browser, while B does not have it; back online, it is
+	// sent, applied, and B shows it.
+	a.Do(t, "go offline",
+		click(`#crumbs a:nth-of-type(2)`),
+		visible(`#new-id`),
+		testenv.Offline(true),
+		visible(`#status[data-state="reconnecting"]`),
+		setValue(`#new-id`, "n3"),
+		setValue(`#new-data`, `{"text": "written offline"}`),
+		click(`#new-put`),
+		testenv.Until(textHas(`tr[data-item="notes/n3"][data-pending] .preview`, "written offline")),
+		visible(`#outcomes li[data-id="3"][data-status="queued"]`))
+	a.Screenshot(t, artifacts, "4-a-offline-edit")
+	if got := eval(t, b, `String(document.querySelector('tr[data-item="notes/n3"]'))`); got != "null" {
+		t.Fatalf("page B shows n3 while page A is offline: %s", got)
+	}
+	a.Do(t, "back online",
+		testenv.Offline(false),
+		visible(`#status[data-state="live"]`),
+		visible(`#outcomes li[data-id="3"][data-status="applied"]`),
+		testenv.Until(`document.querySelector('tr[data-item="notes/n3"]:not([data-pending])') !== null`))
+	b.Do(t, "see A's offline edit", testenv.Until(textHas(`tr[data-item="notes/n3"] .preview`, "written offline")))
+
+	// A rollback: B, offline, sets a scalar of 1,000 bytes, which fits; A
+	// sets another one meanwhile, so that together they exceed Canon's
+	// 1.5 KB of scalars. Back online, B's edit is decided an error
+	// (too_large): its page drops the value and says why.
+	long := strings.Repeat("x", 1000)
+	b.Do(t, "set a scalar offline",
+		testenv.Offline(true),
+		visible(`#status[data-state="reconnecting"]`),
+		setValue(`#scalar-name`, "b_notes"),
+		setValue(`#scalar-value`, `"`+long+`"`),
+		click(`#scalar-set`),
+		testenv.Until(`document.querySelector('dt[data-scalar="b_notes"][data-pending]') !== null`))
+	a.Do(t, "set another scalar",
+		setValue(`#scalar-name`, "a_notes"),
+		setValue(`#scalar-value`, `"`+long+`"`),
+		click(`#scalar-set`),
+		visible(`#outcomes li[data-id="4"][data-status="applied"]`))
+	b.Do(t, "back online: rolled back",
+		testenv.Offline(false),
+		visible(`#status[data-state="live"]`),
+		testenv.Until(textHas(`#outcomes li[data-id="2"][data-status="error"]`, "too_large")),
+		testenv.Until(textHas(`#outcomes li[data-id="2"][data-status="error"]`, "rolled back")),
+		testenv.Until(`document.querySelector('dt[data-scalar="b_notes"]') === null`),
+		testenv.Until(`document.querySelector('dt[data-scalar="a_notes"]') !== null`))
+	b.Screenshot(t, artifacts, "5-b-rolled-back")
+
 	// Outcomes other than applied, pushed by another client: an error
 	// (recorded in a version) and a gap (rejected, no version).
 	if o := push(t, base, token, "web", "bot", map[string]any{"client": "bot", "id": 1, "name": "item.delete",
@@ -233,10 +289,10 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 	}
 	for _, p := range []*testenv.Tab{a, b} {
 		p.Do(t, "see the error and the gap",
-			testenv.Until(textHas(`#timeline li[data-version="5"] li.mutation[data-status="error"]`, "does not exist")),
+			testenv.Until(textHas(`#timeline li[data-version="8"] li.mutation[data-status="error"]`, "does not exist")),
 			testenv.Until(textHas(`#timeline li.rejected[data-reason="gap"][data-client="bot"]`, "expected #2")))
 	}
-	b.Screenshot(t, artifacts, "4-b-outcomes")
+	b.Screenshot(t, artifacts, "6-b-outcomes")
 
 	// B opens version 1 from the timeline: n1 as it was, no n2.
 	b.Do(t, "open version 1",
@@ -244,7 +300,7 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		visible(`#past[data-at="1"]`),
 		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
 		testenv.Until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
-	b.Screenshot(t, artifacts, "5-b-version-1")
+	b.Screenshot(t, artifacts, "7-b-version-1")
 	// … and starts a branch there: its version 1 is main's version 1.
 	b.Do(t, "start a branch from version 1",
 		setValue(`#branch-name`, "draft"),
@@ -254,11 +310,11 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		testenv.Until(textHas(`#timeline li[data-version="1"]`, "from main@v1")),
 		testenv.Until(textHas(`tr[data-item="notes/n1"] .preview`, `{"text":"hello"}`)),
 		testenv.Until(`document.querySelector('tr[data-item="notes/n2"]') === null`))
-	b.Screenshot(t, artifacts, "6-b-branch")
+	b.Screenshot(t, artifacts, "8-b-branch")
 	// The branch select lists both; picking main goes back to it.
 	b.Do(t, "go back to main",
 		testenv.Until(textHas(`#branch`, "draft (v1)")),
-		testenv.Until(textHas(`#branch`, "main (v5)")),
+		testenv.Until(textHas(`#branch`, "main (v8)")),
 		choose(`#branch`, "main"),
 		testenv.Until(`!location.hash.includes("branch=")`),
 		testenv.Until(textHas(`tr[data-item="notes/n2"] .preview`, "from B")))
@@ -271,14 +327,14 @@ func TestBrowserTwoPagesEditLive(t *testing.T) {
 		visible(`#diff[data-from="1"][data-to="2"]`),
 		testenv.Until(textHas(`#diff .del`, `"text": "hello"`)),
 		testenv.Until(textHas(`#diff .add`, `"text": "hello from A"`)))
-	a.Screenshot(t, artifacts, "7-a-history-diff")
+	a.Screenshot(t, artifacts, "9-a-history-diff")
 
 	// A token the server refuses brings the sign-in page back, with why.
 	a.Do(t, "use a bad token",
 		chromedp.Navigate(base+"/ui/#/?token=not.a.token"),
 		visible(`#use-token`),
 		testenv.Until(textHas(`main .error`, "The token was refused")))
-	a.Screenshot(t, artifacts, "8-a-refused-token")
+	a.Screenshot(t, artifacts, "10-a-refused-token")
 
 	for _, p := range []*testenv.Tab{a, b} {
 		if errs := p.Exceptions(); len(errs) > 0 {

@@ -31,11 +31,52 @@ const CheckTimeout = 2 * time.Second
 type Readiness struct {
 	mu     sync.Mutex
 	checks map[string]func(context.Context) error
+	lags   map[string]func() []PartitionLag
 }
 
 // NewReadiness returns an empty set: a process with no checks is ready.
 func NewReadiness() *Readiness {
-	return &Readiness{checks: make(map[string]func(context.Context) error)}
+	return &Readiness{checks: make(map[string]func(context.Context) error), lags: make(map[string]func() []PartitionLag)}
+}
+
+// PartitionLag is how far one copy of a changelog partition in the
+// process's store is behind: the figures /readyz lists, whether ready or
+// not.
+type PartitionLag struct {
+	// Role is why the process holds the copy: "owner" (a sequencer that
+	// decides for the partition), "standby" (a sequencer's warm copy) or
+	// "replica" (a read replica).
+	Role      string `json:"role"`
+	Partition int32  `json:"partition"`
+	// Records is the changelog offsets the copy has left to apply: for an
+	// owner, what its restore has left (0 once restored: it writes its
+	// store after each commit); for a standby or a replica, the last
+	// stable offset minus the copy's offset, measured every few seconds.
+	// -1 while not known yet.
+	Records int64 `json:"records"`
+}
+
+// AddLags registers or replaces the per-partition lags that component
+// name reports on /readyz.
+func (r *Readiness) AddLags(name string, lags func() []PartitionLag) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lags[name] = lags
+}
+
+// Lags returns every component's lags, by name.
+func (r *Readiness) Lags() map[string][]PartitionLag {
+	r.mu.Lock()
+	fs := maps.Clone(r.lags)
+	r.mu.Unlock()
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make(map[string][]PartitionLag, len(fs))
+	for name, f := range fs {
+		out[name] = f()
+	}
+	return out
 }
 
 // Add registers or replaces the check called name.
@@ -78,12 +119,15 @@ type readyResponse struct {
 	// in the log, under RequestID.
 	Failed    map[string]string `json:"failed,omitempty"`
 	RequestID string            `json:"requestId,omitempty"`
+	// Lags are the per-partition lags of the components that hold copies
+	// of the changelog (sequencer owners and standbys, read replicas).
+	Lags map[string][]PartitionLag `json:"lags,omitempty"`
 }
 
 // Mount adds /healthz, /readyz and /metrics to mux. /readyz answers
 // anyone, so it names the checks that failed but not their errors, which
 // name brokers, addresses and files: those go to log with a request id
-// that the answer gives.
+// that the answer gives. Its per-partition lags are counts only.
 func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer, log *slog.Logger) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -91,7 +135,7 @@ func Mount(mux *http.ServeMux, ready *Readiness, gatherer prometheus.Gatherer, l
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		failures := ready.Check(r.Context())
-		resp := readyResponse{Ready: len(failures) == 0}
+		resp := readyResponse{Ready: len(failures) == 0, Lags: ready.Lags()}
 		if !resp.Ready {
 			resp.RequestID = httpapi.NewRequestID()
 			resp.Failed = make(map[string]string, len(failures))

@@ -55,6 +55,42 @@ func TestReadyzHidesErrors(t *testing.T) {
 	}
 }
 
+// /readyz lists the per-partition lags of the components that hold
+// copies of the changelog, ready or not.
+func TestReadyzLags(t *testing.T) {
+	ready := NewReadiness()
+	restoring := true
+	ready.Add("sequencer", func(context.Context) error {
+		if restoring {
+			return errors.New("restoring partitions 1 (1200 records left)")
+		}
+		return nil
+	})
+	ready.AddLags("sequencer", func() []PartitionLag {
+		lag := int64(0)
+		if restoring {
+			lag = 1200
+		}
+		return []PartitionLag{{Role: "owner", Partition: 1, Records: lag}, {Role: "standby", Partition: 2, Records: 7}}
+	})
+	mux := http.NewServeMux()
+	Mount(mux, ready, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	for _, want := range []struct {
+		code int
+		body string
+	}{
+		{http.StatusServiceUnavailable, `"lags":{"sequencer":[{"role":"owner","partition":1,"records":1200},{"role":"standby","partition":2,"records":7}]}`},
+		{http.StatusOK, `{"ready":true,"lags":{"sequencer":[{"role":"owner","partition":1,"records":0},{"role":"standby","partition":2,"records":7}]}}`},
+	} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != want.code || !strings.Contains(rec.Body.String(), want.body) {
+			t.Errorf("%d %s: want %d with %s", rec.Code, rec.Body, want.code, want.body)
+		}
+		restoring = false
+	}
+}
+
 // serve runs Serve with t on a free port until the test ends.
 func serve(tb testing.TB, h http.Handler, t Timeouts) string {
 	tb.Helper()

@@ -460,6 +460,23 @@ func BuildApp(entry string) ([]byte, error) {
 	})
 }
 
+// BuildLibrary bundles a library's entry file (TypeScript or JavaScript)
+// and what it imports for browsers into one minified ES module without a
+// source map: what a page that has no build step of its own imports, as
+// Canon's web UI imports the TypeScript client. The same sources give the
+// same bytes: the build is checked into the repository and compared.
+func BuildLibrary(entry string) ([]byte, error) {
+	return build(entry, api.BuildOptions{
+		Format:            api.FormatESModule,
+		Target:            api.ES2022,
+		Platform:          api.PlatformBrowser,
+		MinifyWhitespace:  true,
+		MinifyIdentifiers: true,
+		MinifySyntax:      true,
+		LegalComments:     api.LegalCommentsNone,
+	})
+}
+
 // build bundles entry with what it imports into one file under opts, in
 // memory, in UTF-8. Paths in the output (a comment per file) are relative
 // to the entry's folder: the same bytes wherever the build runs.

@@ -96,8 +96,6 @@ export const api = {
     request(`${projectPath(org, project)}/items/${enc(collection)}/${enc(id)}` + query({ branch, at })),
   history: (org, project, branch, collection, id, before) =>
     request(`${projectPath(org, project)}/items/${enc(collection)}/${enc(id)}/history` + query({ branch, before })),
-  client: (org, project, branch, client) =>
-    request(`${projectPath(org, project)}/clients/${enc(client)}` + query({ branch })),
   push: (org, project, body) =>
     request(projectPath(org, project) + "/push", { method: "POST", body }),
 };

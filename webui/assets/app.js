@@ -1,13 +1,14 @@
 // Canon's web UI: projects, a project's items and version timeline kept
-// live over the websocket, edits pushed on it with their outcomes, any
-// past version, and an item's history with diffs. Routes live in the URL
+// live, edits made through @canon/client (canon.js: optimistic, kept in
+// IndexedDB until Canon decides them) with their outcomes, any past
+// version, and an item's history with diffs. Routes live in the URL
 // fragment: #/ (projects), #/p/ORG/PROJECT?branch=&at= (a project, at a
 // past version with at=), #/p/ORG/PROJECT/i/COLLECTION/ID?branch= (an
 // item's history). #token=… (alone or as a parameter of a route) stores
 // the token and is removed from the address bar.
 
 import { api, auth, body, ApiError } from "./api.js";
-import { Subscription } from "./live.js";
+import { Canon, canonical } from "./canon.js";
 import { diffLines, hunks } from "./diff.js";
 
 const main = document.getElementById("main");
@@ -20,7 +21,9 @@ function h(tag, attrs = {}, ...children) {
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else if (k === "dataset") Object.assign(el.dataset, v);
+    else if (k === "dataset") {
+      for (const [dk, dv] of Object.entries(v)) if (dv !== undefined && dv !== null && dv !== false) el.dataset[dk] = dv === true ? "" : String(dv);
+    }
     else if (k === "value") el.value = v;
     else el.setAttribute(k, v === true ? "" : String(v));
   }
@@ -32,8 +35,9 @@ function h(tag, attrs = {}, ...children) {
 }
 
 function errorBox(e, what) {
-  const msg = e instanceof ApiError ? `${e.code}: ${e.message}` : e.message || String(e);
-  return h("div", { class: "error", role: "alert" }, what ? `${what}: ` : "", msg, e.hint ? h("div", { class: "hint" }, e.hint) : null);
+  const msg = e.code ? `${e.code}: ${e.message}` : e.message || String(e);
+  const hint = e.hint || e.details?.hint; // an ApiError's, or a CanonError's (the client's)
+  return h("div", { class: "error", role: "alert" }, what ? `${what}: ` : "", msg, hint ? h("div", { class: "hint" }, hint) : null);
 }
 
 const enc = encodeURIComponent;
@@ -68,48 +72,23 @@ function compact(v) {
   return s.length > 120 ? s.slice(0, 117) + "…" : s;
 }
 
-// ---- Who am I: the client group of this browser, a client per tab ----
+// ---- Who am I ----
+
+// Each open project has a @canon/client (canon.js, the TypeScript client's
+// browser build): it numbers this tab's mutations, keeps them in IndexedDB
+// until Canon decides them, and applies them to its view at once.
 
 function randomId() {
   const b = crypto.getRandomValues(new Uint8Array(9));
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
-function clientGroup() {
-  let g = localStorage.getItem("canon.clientGroup");
-  if (!g) {
-    g = "ui-" + randomId();
-    localStorage.setItem("canon.clientGroup", g);
-  }
-  return g;
+// describe names what a built-in mutation edits, for "Your edits".
+function describe(name, args) {
+  if (name.startsWith("item.")) return `${args?.collection}/${args?.id}`;
+  if (name === "project.set") return Object.keys(args || {}).join(", ");
+  return "";
 }
-
-// claimClient returns this tab's client id: kept across reloads of the
-// tab, and held with a Web Lock so that a duplicated tab (which copies the
-// session storage) takes another one: two tabs numbering mutations as one
-// client would collide.
-async function claimClient() {
-  let id = sessionStorage.getItem("canon.client");
-  if (navigator.locks) {
-    for (;;) {
-      id = id || "tab-" + randomId();
-      const got = await new Promise((resolve) => {
-        navigator.locks.request("canon.client." + id, { ifAvailable: true }, (lock) => {
-          resolve(lock !== null);
-          return lock ? new Promise(() => {}) : undefined; // held while the page lives
-        });
-      });
-      if (got) break;
-      id = null;
-    }
-  } else {
-    id = id || "tab-" + randomId();
-  }
-  sessionStorage.setItem("canon.client", id);
-  return id;
-}
-
-const me = { group: clientGroup(), client: null };
 
 // ---- Routing ----
 
@@ -300,22 +279,28 @@ class ProjectView {
     this.project = project;
     this.branch = branch;
     this.key = `${org}/${project}@${branch}`;
-    this.state = null; // live state
+    this.state = null; // the canonical state's item list (versions, hashes, sizes), as the timeline has it
+    this.local = null; // the client's view: canonical plus pending edits
     this.past = new Map(); // version → state promise
-    this.timeline = new Map(); // version → version message (or API version)
-    this.rejected = []; // rejected messages, newest first
+    this.timeline = new Map(); // version → version event (or API version)
+    this.rejected = []; // rejected events, newest first
     this.oldest = null; // the oldest version in the timeline
-    this.mine = new Map(); // mutation id → {name, what, status, detail}
-    this.nextId = null; // the next mutation id of this tab's client on the branch
+    this.pending = []; // the client's queue: [{id, name, args, state}]
+    this.argsOf = new Map(); // mutation id → {name, args}, for outcomes
+    this.decided = []; // this tab's decided or refused edits, newest first
     this.mode = { kind: "items", at: null };
     this.seq = 0; // renders of the left column; a stale one gives up
+    this.buffer = null; // version events that arrive while the state is read
+    this.stateSeq = 0;
+    this.ready = new Promise((resolve) => (this.readyResolve = resolve));
     this.build();
-    this.ready = this.start();
+    this.start();
   }
 
   build() {
     this.status = h("span", { id: "status", class: "status", dataset: { state: "connecting" } }, "connecting…");
     this.left = h("div", { class: "left" });
+    this.who = h("p", { id: "who", class: "muted small" }, "opening this tab's client…");
     this.outcomes = h("ol", { id: "outcomes", class: "outcomes" });
     this.timelineEl = h("ol", { id: "timeline", class: "timeline" });
     this.older = h("button", { type: "button", id: "older", hidden: true, onclick: () => this.loadOlder() }, "Older versions");
@@ -327,8 +312,7 @@ class ProjectView {
       h("div", { class: "cols" },
         this.left,
         h("aside", { class: "right" },
-          h("section", { class: "card" }, h("h2", {}, "Your edits"),
-            h("p", { class: "muted small" }, `client ${me.client} of group ${me.group}`), this.outcomes),
+          h("section", { class: "card" }, h("h2", {}, "Your edits"), this.who, this.outcomes),
           h("section", { class: "card" }, h("h2", {}, "Timeline"), this.timelineEl, this.older))));
     main.replaceChildren(this.root);
     setCrumbs(h("a", { href: "#/" }, "projects"), h("a", { href: projectHref(this.org, this.project, this.branch) }, this.project));
@@ -369,81 +353,174 @@ class ProjectView {
     return this.root.querySelector("#branch");
   }
 
-  async start() {
+  // start opens the client of this branch. Its view (canonical state plus
+  // this tab's pending edits) fills the items; its events fill the
+  // timeline and "Your edits".
+  start() {
+    let canon;
+    try {
+      canon = new Canon({
+        server: location.origin,
+        token: auth.token,
+        org: this.org,
+        project: this.project,
+        branch: this.branch,
+        onError: (e) => this.onClientError(e),
+        onStatus: () => this.renderStatus(),
+      });
+    } catch (e) {
+      this.left.replaceChildren(errorBox(e, "Opening the project"));
+      return;
+    }
+    this.canon = canon;
+    this.offEvents = canon.listen((e) => this.onEvent(e));
+    this.offView = canon.subscribe(
+      (tx) => ({ scalars: tx.scalars(), items: tx.collections().flatMap((c) => tx.collection(c).map((it) => ({ collection: c, ...it }))) }),
+      (v) => {
+        this.local = v;
+        this.renderLive();
+      });
+    canon.storageLoaded().then(() => {
+      this.who.textContent = `client ${canon.clientID} of group ${canon.clientGroup}`;
+      this.who.dataset.client = canon.clientID;
+      this.setPending(canon.pendingMutations());
+    }, (e) => this.left.replaceChildren(errorBox(e, "Opening the browser's storage (IndexedDB)")));
+  }
+
+  close() {
+    this.closed = true;
+    this.offEvents?.();
+    this.offView?.();
+    this.canon?.close();
+  }
+
+  // onClientError shows what the client cannot fix itself; a refused
+  // token brings the sign-in page back.
+  onClientError(e) {
+    if (this.closed) return;
+    if (e.details?.status === 401 || e.code === "close_4001" || e.code === "unauthenticated" || e.code === "token_expired") {
+      authFailed(Object.assign(new ApiError(401, { code: e.code, message: e.message, hint: e.details?.hint }), {}));
+      return;
+    }
+    // What the client handles itself needs no word here.
+    if (e.code === "version_gap" || e.code === "push_unavailable") return;
+    this.problem = e;
+    this.renderStatus();
+    this.renderOutcomes();
+  }
+
+  onEvent(e) {
+    if (this.closed) return;
+    switch (e.type) {
+      case "state":
+        this.loadState(e.version);
+        break;
+      case "version":
+        if (this.buffer) this.buffer.push(e);
+        else this.onVersion(e);
+        break;
+      case "rejected":
+        this.onRejected(e);
+        break;
+      case "pending":
+        this.setPending(e.pending);
+        break;
+      case "outcome": {
+        this.problem = null; // an edit went through: what was reported is over
+        const a = this.argsOf.get(e.id);
+        this.decided.unshift({ ...e, what: a ? describe(a.name, a.args) : "" });
+        this.decided.length = Math.min(this.decided.length, 50);
+        this.renderOutcomes();
+        break;
+      }
+    }
+  }
+
+  setPending(pending) {
+    this.pending = pending;
+    for (const p of pending) this.argsOf.set(p.id, { name: p.name, args: p.args });
+    this.renderOutcomes();
+    this.renderStatus();
+    this.renderLive();
+  }
+
+  // loadState reads the item list of the branch at the version the
+  // client's view was (re)loaded at, and the timeline before it; the
+  // versions that arrive meanwhile are applied after it.
+  async loadState(version) {
+    const seq = ++this.stateSeq;
+    this.buffer = [];
     let st;
     try {
-      st = toState(await api.state(this.org, this.project, this.branch));
+      st = version > 0 ? toState(await api.state(this.org, this.project, this.branch, version)) : emptyState();
     } catch (e) {
+      if (seq !== this.stateSeq) return;
       if (authFailed(e)) return;
       if (!(e instanceof ApiError && e.code === "branch_not_found")) {
+        this.buffer = null;
         this.left.replaceChildren(errorBox(e, "Reading the project"));
         return;
       }
-      st = emptyState(); // a new project: its first edit creates main
+      st = emptyState();
     }
-    this.state = st;
-    // The list read when the page was drawn may predate this branch's
-    // first version (a branch just created): read it again now that the
-    // page shows a version, which a later version message would not do.
-    if (st.version > 0) this.loadBranches(this.branchSel);
+    let page = null;
     if (st.version > 0) {
       try {
-        const page = await api.versions(this.org, this.project, this.branch, Math.max(1, st.version - 29), 30);
-        for (const v of page.versions) this.timeline.set(v.version, v);
-        this.oldest = page.versions[0]?.version ?? null;
+        page = await api.versions(this.org, this.project, this.branch, Math.max(1, st.version - 29), 30);
       } catch (e) {
         if (authFailed(e)) return;
         this.timelineEl.replaceChildren(h("li", {}, errorBox(e, "Reading the versions")));
       }
     }
-    if (this.closed) return;
-    this.sub = new Subscription(this.org, this.project, this.branch, st.version, {
-      onVersion: (m) => this.onVersion(m),
-      onReset: () => this.restart(),
-      onRejected: (m) => this.onRejected(m),
-      onStatus: (s, detail) => this.setStatus(s, detail),
-    });
+    if (seq !== this.stateSeq || this.closed) return;
+    this.state = st;
+    this.timeline.clear();
+    this.past.clear();
+    for (const v of page?.versions ?? []) this.timeline.set(v.version, v);
+    this.oldest = page?.versions[0]?.version ?? null;
+    // The list read when the page was drawn may predate this branch's
+    // first version (a branch just created): read it again.
+    if (st.version > 0) this.loadBranches(this.branchSel);
+    const later = this.buffer;
+    this.buffer = null;
+    for (const m of later) this.onVersion(m);
+    this.readyResolve();
     this.renderTimeline();
     this.renderOutcomes();
+    this.renderStatus();
     this.renderLeft();
   }
 
-  // restart reloads everything: after a reset, the held state is void.
-  async restart() {
-    this.sub?.close();
-    this.sub = null;
-    this.loadBranches(this.branchSel);
-    this.timeline.clear();
-    this.past.clear();
-    this.nextId = null;
-    this.ready = this.start();
-  }
-
-  close() {
-    this.closed = true;
-    this.sub?.close();
-  }
-
-  setStatus(s, detail) {
-    this.status.dataset.state = s;
-    this.statusDetail = detail;
-    this.renderStatus();
-  }
-
   renderStatus() {
-    const s = this.status.dataset.state;
-    const at = this.state?.version ? `v${this.state.version}` : "no version yet";
-    this.status.textContent = s === "live" ? `live · ${at}` : s + (this.statusDetail ? ` · ${this.statusDetail}` : "");
+    const s = this.canon?.status ?? "connecting";
+    const state = { online: "live", offline: "reconnecting", polling: "polling", connecting: "connecting", closed: "closed" }[s] ?? s;
+    this.status.dataset.state = state;
+    const at = this.canon?.version ? `v${this.canon.version}` : "no version yet";
+    const queued = this.pending.length ? ` · ${this.pending.length} pending` : "";
+    const detail = {
+      live: at,
+      reconnecting: `offline, edits are kept and sent on reconnect (resumes from ${at})`,
+      polling: `over HTTP (no websocket), ${at}`,
+      connecting: `connecting… (${at})`,
+      closed: this.problem ? `closed: ${this.problem.code}: ${this.problem.message}` : "closed",
+    }[state];
+    this.status.textContent = `${state} · ${detail}${queued}`;
+    this.status.title = this.problem ? `${this.problem.code}: ${this.problem.message}` : "";
   }
 
   onVersion(m) {
     const st = this.state;
-    if (m.base || m.version !== st.version + 1) {
+    if (!st || m.version <= st.version) return; // in the state read already
+    if (m.version !== st.version + 1) {
+      // A version that does not follow the list held: read it again.
+      this.loadState(this.canon.version);
+      return;
+    }
+    if (m.base) {
       // Version 1 of a branch made from another holds its base's items
-      // without listing them (and a version that does not follow the held
-      // one cannot be applied to it): read the state again and subscribe
-      // from there.
-      this.restart();
+      // without listing them: read the list at it.
+      this.buffer = [];
+      this.loadState(m.version);
       return;
     }
     for (const it of m.items) {
@@ -456,16 +533,8 @@ class ProjectView {
     st.scalars = m.scalars;
     this.timeline.set(m.version, m);
     if (m.version === 1) this.loadBranches(this.branchSel); // this branch has just begun
-    for (const o of m.mutations) {
-      if (o.client !== me.client || o.clientGroup !== me.group) continue;
-      const rec = this.mine.get(o.id);
-      if (rec) Object.assign(rec, { status: o.status, detail: o.status === "error" ? o.error : `in v${m.version}`, version: m.version });
-    }
-    const last = m.lastIds?.[me.client];
-    if (last !== undefined && this.nextId !== null && this.nextId <= last) this.nextId = last + 1;
     this.renderStatus();
     this.renderTimeline();
-    this.renderOutcomes();
     if (this.mode.kind === "items" && this.mode.at === null) this.renderLeft();
     if (this.mode.kind === "item" && m.items.some((it) => it.collection === this.mode.collection && it.id === this.mode.id)) {
       this.renderLeft();
@@ -473,90 +542,54 @@ class ProjectView {
   }
 
   onRejected(m) {
-    if (m.branch !== this.branch) return;
     this.rejected.unshift(m);
     this.rejected.length = Math.min(this.rejected.length, 50);
-    if (m.client === me.client && m.clientGroup === me.group) {
-      const rec = this.mine.get(m.id);
-      if (rec) {
-        rec.status = "rejected";
-        rec.detail = `${m.reason}${m.expectedId ? `, expected id ${m.expectedId}` : ""}: ${m.message}`;
-      }
-      // A gap: the sequencer expects expectedId next.
-      if (m.reason === "gap" && m.expectedId) this.nextId = m.expectedId;
-      this.renderOutcomes();
-    }
+    // This tab's own (other than a gap, which the client resends) also
+    // rejects its mutate(): "Your edits" shows it from there.
     this.renderTimeline();
   }
 
-  // takeId returns the next mutation id of this tab's client: the one
-  // after its last decided mutation on the branch, asked once (edits made
-  // while the answer is awaited share it), then counted here.
-  async takeId() {
-    if (this.nextId === null) {
-      this.idLoad ??= nextIdOf(this.org, this.project, this.branch).finally(() => {
-        this.idLoad = null;
+  // mutate runs a built-in mutator through the client: the view shows the
+  // edit at once, "Your edits" follows it to its canonical outcome.
+  mutate(name, args) {
+    if (!this.canon) return;
+    this.canon.mutate[name](args).then(
+      (o) => {
+        if (o.status === "error") this.flash = `${name} ${describe(name, args)} was rolled back: ${o.code}: ${o.message}`;
+      },
+      (e) => {
+        // Canon refused to record it (or the client could not): it is
+        // rolled back and its id used by the next edit.
+        this.decided.unshift({ status: "refused", name, what: describe(name, args), code: e.code, message: e.message, hint: e.details?.hint });
+        this.renderOutcomes();
       });
-      const next = await this.idLoad;
-      if (this.nextId === null) this.nextId = next;
-    }
-    return this.nextId++;
-  }
-
-  // mutate pushes one mutation and tracks its outcome in "Your edits".
-  async mutate(name, args, what) {
-    let id;
-    try {
-      id = await this.takeId();
-    } catch (e) {
-      if (!authFailed(e)) alertIn(this.outcomes, e);
-      return;
-    }
-    const rec = { name, what, status: "sending", detail: "" };
-    this.mine.set(id, rec);
-    this.renderOutcomes();
-    const m = { client: me.client, id, name, args, ts: Date.now() };
-    try {
-      let written;
-      if (this.sub?.canPush) {
-        written = (await this.sub.push(me.group, [m])).mutations[0];
-      } else {
-        written = (await api.push(this.org, this.project, { branch: this.branch, clientGroup: me.group, mutations: [m] })).mutations[0];
-      }
-      if (rec.status === "sending") {
-        rec.status = "pushed";
-        rec.detail = `written at partition ${written.partition}, offset ${written.offset}; waiting for the sequencer`;
-      }
-    } catch (e) {
-      if (authFailed(e)) return;
-      if (rec.status !== "sending") {
-        // decided already: the outcome came before the answer
-      } else if (e.code) {
-        // An error answer: nothing was written, the id is free again.
-        rec.status = "refused";
-        rec.detail = `${e.code}: ${e.message}${e.hint ? ` (${e.hint})` : ""}`;
-        this.nextId = null;
-      } else {
-        // No answer (the connection dropped): it may have been written.
-        // The id stays used; if it was not, the next edit is rejected as
-        // a gap and the ids start again from the one expected.
-        rec.status = "unknown";
-        rec.detail = `${e.message}: it may still be applied (watch the timeline)`;
-      }
-    }
-    this.renderOutcomes();
   }
 
   renderOutcomes() {
-    const ids = [...this.mine.keys()].sort((a, b) => b - a).slice(0, 50);
-    this.outcomes.replaceChildren(...ids.map((id) => {
-      const r = this.mine.get(id);
-      return h("li", { dataset: { id, status: r.status } },
-        h("span", { class: "badge " + r.status }, r.status),
-        ` #${id} ${r.name} ${r.what}`,
-        r.detail ? h("div", { class: "detail" }, r.detail) : null);
-    }));
-    if (!ids.length) this.outcomes.replaceChildren(h("li", { class: "muted" }, "Nothing yet: edit an item."));
+    const rows = [];
+    for (const p of [...this.pending].reverse()) {
+      rows.push(h("li", { dataset: { id: p.id, status: p.state } },
+        h("span", { class: "badge " + p.state }, p.state === "local" ? "saving" : p.state),
+        ` #${p.id} ${p.name} ${describe(p.name, p.args)}`,
+        h("div", { class: "detail" }, {
+          local: "applied here, being stored in this browser",
+          queued: "applied here, stored; waiting to be sent",
+          sent: "applied here, sent; waiting for Canon's version",
+        }[p.state])));
+    }
+    for (const d of this.decided) {
+      let detail = "";
+      if (d.status === "applied") detail = `in v${d.version}`;
+      else if (d.status === "error") detail = `in v${d.version}, rolled back: ${d.code}: ${d.message}`;
+      else if (d.status === "refused") detail = `${d.code}: ${d.message}${d.hint ? ` (${d.hint})` : ""} (rolled back)`;
+      rows.push(h("li", { dataset: { id: d.id ?? "", status: d.status } },
+        h("span", { class: "badge " + d.status }, d.status),
+        d.id ? ` #${d.id}` : "", ` ${d.name} ${d.what}`,
+        h("div", { class: "detail" }, detail)));
+    }
+    if (this.problem) rows.unshift(h("li", { id: "problem" }, errorBox(this.problem, "The client")));
+    this.outcomes.replaceChildren(...rows.slice(0, 80));
+    if (!rows.length) this.outcomes.replaceChildren(h("li", { class: "muted" }, "Nothing yet: edit an item."));
   }
 
   renderTimeline() {
@@ -644,17 +677,24 @@ class ProjectView {
         h("a", { href: projectHref(this.org, this.project, this.branch) }, "Back to the latest"),
         this.branchForm(at));
     }
+    let rows = [...st.items.values()];
+    let scalarList = Object.entries(st.scalars).map(([k, v]) => ({ name: k, value: v, pending: false }));
+    if (at === null) {
+      if (!this.local) return; // the client's view is not loaded yet
+      ({ rows, scalarList } = this.liveRows());
+    }
     const byColl = new Map();
-    for (const it of [...st.items.values()].sort((a, b) => (a.collection + "\u0000" + a.id < b.collection + "\u0000" + b.id ? -1 : 1))) {
+    for (const it of rows.sort((a, b) => (a.collection + "\u0000" + a.id < b.collection + "\u0000" + b.id ? -1 : 1))) {
       if (!byColl.has(it.collection)) byColl.set(it.collection, []);
       byColl.get(it.collection).push(it);
     }
-    const scalars = Object.entries(st.scalars);
     const parts = [
       banner,
-      scalars.length ? h("dl", { class: "scalars" }, scalars.map(([k, v]) => [h("dt", {}, k), h("dd", {}, compact(v))])) : null,
+      scalarList.length ? h("dl", { class: "scalars" }, scalarList.map((s) => [
+        h("dt", { dataset: { scalar: s.name, pending: s.pending || null } }, s.name),
+        h("dd", { class: s.pending ? "pending" : null }, compact(s.value), s.pending ? h("span", { class: "badge sent" }, "pending") : null)])) : null,
     ];
-    if (!byColl.size) parts.push(h("p", { class: "muted" }, st.version ? "No items at this version." : "This branch has no version yet: add an item below."));
+    if (!byColl.size) parts.push(h("p", { class: "muted" }, st.version || at !== null ? "No items at this version." : "This branch has no version yet: add an item below."));
     for (const [coll, items] of byColl) {
       // A long collection shows its first rows (each small body is read
       // once by hash for its preview); any item opens by its address.
@@ -689,10 +729,10 @@ class ProjectView {
         e.preventDefault();
         const branch = name.value.trim();
         try {
-          const id = await nextIdOf(this.org, this.project, branch);
+          // A client of its own, used once: its first id is 1 on any branch.
           await api.push(this.org, this.project, {
-            branch, clientGroup: me.group,
-            mutations: [{ client: me.client, id, name: "branch.create", args: { from: this.branch, version: at }, ts: Date.now() }],
+            branch, clientGroup: this.canon.clientGroup,
+            mutations: [{ client: "ui-branch-" + randomId(), id: 1, name: "branch.create", args: { from: this.branch, version: at }, ts: Date.now() }],
           });
         } catch (x) {
           if (!authFailed(x)) err.replaceChildren(errorBox(x, "Starting the branch"));
@@ -703,7 +743,45 @@ class ProjectView {
     }, h("label", {}, `Start a branch from v${at}: `, name), h("button", { type: "submit", id: "branch-create" }, "Start"), err);
   }
 
+  // liveRows merges the client's view (what the tab shows, with its
+  // pending edits) with the canonical list (who wrote each item, its
+  // size): an item a pending edit writes or deletes is marked so.
+  liveRows() {
+    const touched = new Set();
+    const scalarsTouched = new Set();
+    for (const p of this.pending) {
+      if (p.name.startsWith("item.")) touched.add(itemKey(p.args?.collection, p.args?.id));
+      if (p.name === "project.set") for (const k of Object.keys(p.args || {})) scalarsTouched.add(k);
+    }
+    const rows = [];
+    const seen = new Set();
+    for (const it of this.local.items) {
+      const k = itemKey(it.collection, it.id);
+      seen.add(k);
+      const c = this.state.items.get(k);
+      const text = canonical(it.data);
+      rows.push({ collection: it.collection, id: it.id, meta: it.meta, text, size: c && !touched.has(k) ? c.size : new TextEncoder().encode(text).length,
+        version: c?.version, pending: touched.has(k) });
+    }
+    for (const [k, c] of this.state.items) {
+      if (!seen.has(k)) rows.push({ ...c, deleted: true, pending: true });
+    }
+    const scalarList = Object.entries(this.local.scalars).map(([k, v]) => ({ name: k, value: v, pending: scalarsTouched.has(k) }));
+    return { rows, scalarList };
+  }
+
   itemRow(it) {
+    if (it.text !== undefined || it.deleted) {
+      // The live view: the body is the client's, no read needed.
+      const preview = h("td", { class: "preview" }, it.deleted ? "(deleted here, pending)" : it.text.length > 160 ? it.text.slice(0, 157) + "…" : it.text);
+      return h("tr", { class: it.pending ? "pending" : null, dataset: { item: `${it.collection}/${it.id}`, version: it.version ?? "", pending: it.pending || null } },
+        h("td", {}, h("a", { href: itemHref(this.org, this.project, this.branch, it.collection, it.id) }, it.id)),
+        preview,
+        h("td", { class: "meta" }, Object.keys(it.meta || {}).length ? compact(it.meta) : ""),
+        h("td", { class: "num" }, it.size),
+        h("td", { class: "num" }, it.pending ? h("span", { class: "badge sent" }, "pending") : null,
+          it.version ? h("a", { href: projectHref(this.org, this.project, this.branch, { at: it.version }) }, ` v${it.version}`) : null));
+    }
     const preview = h("td", { class: "preview" }, it.size <= 4096 ? "…" : `(${it.size} bytes)`);
     if (it.size <= 4096) {
       body(this.org, this.project, it.hash).then((t) => {
@@ -739,7 +817,7 @@ class ProjectView {
         }
         err.replaceChildren();
         const n = name.value.trim();
-        this.mutate("project.set", { [n]: v }, n);
+        this.mutate("project.set", { [n]: v });
       },
     }, h("label", {}, "Set a scalar ", name), h("label", {}, "to (JSON) ", value), h("button", { type: "submit", id: "scalar-set" }, "Set"), err);
   }
@@ -764,7 +842,7 @@ class ProjectView {
         err.replaceChildren();
         const c = collection.value.trim();
         const i = id.value.trim();
-        this.mutate("item.put", { collection: c, id: i, data: parsed }, `${c}/${i}`);
+        this.mutate("item.put", { collection: c, id: i, data: parsed });
         id.value = "";
       },
     }, h("h2", {}, "Add an item"),
@@ -788,13 +866,13 @@ class ProjectView {
       }
       hist = { changes: [], head: this.state.version };
     }
-    const edit = await this.editor(collection, id, live);
+    const edit = this.editor(collection, id, live);
     const changes = hist.changes;
     const to = changes.find((c) => c.version === this.diffTo) || changes[0];
     const diff = to ? await this.diffView(changes, to) : null;
     if (seq !== this.seq) return; // rendered again meanwhile
     const box = h("section", { class: "card", id: "item", dataset: { item: `${collection}/${id}` } },
-      h("h2", {}, `${collection}/${id}`, live ? h("span", { class: "muted" }, ` · written by v${live.version}`) : h("span", { class: "muted" }, " · does not exist now")),
+      h("h2", {}, `${collection}/${id}`, live ? h("span", { class: "muted" }, ` · written by v${live.version}`) : h("span", { class: "muted" }, " · not in Canon now")),
       edit,
       h("h2", {}, "History"),
       changes.length ? h("table", { id: "history" },
@@ -810,10 +888,21 @@ class ProjectView {
     this.left.replaceChildren(box);
   }
 
-  // editor returns the item's edit form. The form lives as long as the
-  // user stays on the item: a version that changes the item refreshes the
-  // fields only if the user has not typed in them, and says so otherwise.
-  async editor(collection, id, live) {
+  // renderLive follows the client's view: the items list, or the editor of
+  // the item on screen (its history follows the versions).
+  renderLive() {
+    if (!this.state || this.closed) return;
+    if (this.mode.kind === "items" && this.mode.at === null) this.renderItems();
+    else if (this.mode.kind === "item" && this.ed?.key === itemKey(this.mode.collection, this.mode.id)) {
+      this.editor(this.mode.collection, this.mode.id, this.state.items.get(this.ed.key));
+    }
+  }
+
+  // editor returns the item's edit form, filled from the client's view
+  // (with this tab's pending edits). The form lives as long as the user
+  // stays on the item: a change of the item refreshes the fields only if
+  // the user has not typed in them, and says so otherwise.
+  editor(collection, id, live) {
     const key = itemKey(collection, id);
     let ed = this.ed;
     if (!ed || ed.key !== key) {
@@ -839,29 +928,26 @@ class ProjectView {
           if (!m) return;
           ed.err.replaceChildren();
           ed.dirty = false;
-          this.mutate("item.put", { collection, id, meta: m.v, data: d.v }, `${collection}/${id}`);
+          this.mutate("item.put", { collection, id, meta: m.v, data: d.v });
         },
       }, h("label", {}, "data (JSON)", ed.data), h("label", {}, "meta (JSON object) ", ed.meta), ed.err, ed.buttons);
     }
-    const version = live ? live.version : 0;
-    if (version !== ed.shown) {
+    const mine = this.local?.items.find((it) => it.collection === collection && it.id === id);
+    const shown = mine ? canonical({ data: mine.data, meta: mine.meta }) : "";
+    if (shown !== ed.shown) {
       if (!ed.dirty) {
-        try {
-          ed.data.value = live ? pretty(await body(this.org, this.project, live.hash)) : '{"text": ""}';
-        } catch (e) {
-          ed.err.replaceChildren(errorBox(e, "Reading the body"));
-        }
-        ed.meta.value = JSON.stringify(live?.meta || {});
+        ed.data.value = mine ? pretty(canonical(mine.data)) : '{"text": ""}';
+        ed.meta.value = JSON.stringify(mine?.meta || {});
         ed.err.replaceChildren();
       } else {
         ed.err.replaceChildren(h("div", { class: "notice" },
-          live ? `v${live.version} changed this item while you were editing: saving replaces it.` : "The item was deleted while you were editing: saving creates it again."));
+          mine ? `The item changed while you were editing${live ? ` (now v${live.version})` : ""}: saving replaces it.` : "The item was deleted while you were editing: saving creates it again."));
       }
-      ed.shown = version;
+      ed.shown = shown;
     }
     ed.buttons.replaceChildren(
-      h("button", { type: "submit", id: "save" }, live ? "Save" : "Create"),
-      live ? h("button", { type: "button", id: "delete", class: "danger", onclick: () => this.mutate("item.delete", { collection, id }, `${collection}/${id}`) }, "Delete") : null);
+      h("button", { type: "submit", id: "save" }, mine ? "Save" : "Create"),
+      mine ? h("button", { type: "button", id: "delete", class: "danger", onclick: () => this.mutate("item.delete", { collection, id }) }, "Delete") : null);
     return ed.form;
   }
 
@@ -895,23 +981,11 @@ class ProjectView {
   }
 }
 
-// nextIdOf asks the read API for the id after this tab's client's last
-// decided mutation on a branch.
-async function nextIdOf(org, project, branch) {
-  try {
-    return (await api.client(org, project, branch, me.client)).lastMutationID + 1;
-  } catch (e) {
-    if (e instanceof ApiError && e.code === "branch_not_found") return 1; // nothing decided on the branch yet
-    throw e;
-  }
-}
-
 function alertIn(el, e) {
   el.prepend(h("li", {}, errorBox(e)));
 }
 
 // ---- Start ----
 
-me.client = await claimClient();
 window.addEventListener("hashchange", render);
 render();

@@ -5,7 +5,7 @@
 
 import {CanonError} from './errors.js';
 import {Api, type Fetch} from './http.js';
-import {canonical, equal, sha256Hex, utf8Length, type JSONObject, type JSONValue} from './json.js';
+import {canonical, clone, equal, sha256Hex, utf8Length, type JSONObject, type JSONValue} from './json.js';
 import {builtins, checkMutators, guarded, Limits, run, type LocalResult, type MutationInfo, type Mutator, type Mutators} from './mutators.js';
 import {browserStorage, MemoryStorage, type Storage} from './storage.js';
 import {Canonical, Changes, Deps, itemKey, Layers, Overlay, readTx, splitKey, type Item, type ReadTx, type StoredItem} from './view.js';
@@ -29,6 +29,83 @@ export type QueryResult<Q> = Q extends (tx: ReadTx) => infer T
 
 /** An outcome the client learned, with the mutation it is of (also of a previous session's mutations). */
 export type OutcomeEvent = Outcome & {id: number; name: string};
+
+/** A mutation of this client that waits for its canonical outcome, as listen() reports the queue. */
+export interface PendingMutation {
+  id: number;
+  name: string;
+  args: JSONValue;
+  /** When mutate() was called, ms since the epoch. */
+  ts: number;
+  /**
+   * local: applied to the local view, not yet in the storage; queued: in the
+   * storage, not sent (offline, or waiting for an earlier push); sent: pushed,
+   * the version that decides it not seen yet.
+   */
+  state: 'local' | 'queued' | 'sent';
+}
+
+/** A canonical version as it was applied to the client's view (after its rebase). */
+export interface VersionEvent {
+  type: 'version';
+  version: number;
+  parent: number;
+  /** The version's time, ms since the epoch. */
+  ts: number;
+  /** Set on the first version of a branch created from another one. */
+  base?: {branch: string; version: number};
+  /** The mutator bundle that decided it; absent for the built-ins. */
+  bundle?: string;
+  /** All of the branch's scalars after it. */
+  scalars: JSONObject;
+  /** The items it changed (bodies by hash from the read API). */
+  items: {collection: string; id: string; op: 'put' | 'delete'; meta?: JSONValue; hash?: string; size?: number}[];
+  /** Its mutations in canonical order, of every client, with their outcome; mine marks this client's. */
+  mutations: {clientGroup: string; client: string; id: number; name: string; status: 'applied' | 'error'; error?: string; code?: string; mine: boolean}[];
+}
+
+/**
+ * The canonical view was replaced as a whole: loaded from the storage
+ * (storage), loaded from the read API because nothing was stored (load), or
+ * reloaded after the server's reset or a branch found behind the view
+ * (reset). Versions after it follow as version events.
+ */
+export interface StateEvent {
+  type: 'state';
+  version: number;
+  ts: number;
+  cause: 'storage' | 'load' | 'reset';
+}
+
+/** A mutation of the branch the sequencer rejected (any client's; websocket only). */
+export interface RejectedEvent {
+  type: 'rejected';
+  reason: string;
+  message: string;
+  clientGroup: string;
+  client: string;
+  id: number;
+  name: string;
+  /** A gap: the id the sequencer expects. */
+  expectedId?: number;
+  at: number;
+  mine: boolean;
+}
+
+/** This client's queue changed: what is pending now, in id order. */
+export interface PendingEvent {
+  type: 'pending';
+  pending: PendingMutation[];
+}
+
+/** What listen() reports, in the order the client applies it. */
+export type SyncEvent =
+  | VersionEvent
+  | StateEvent
+  | RejectedEvent
+  | PendingEvent
+  | ({type: 'outcome'} & OutcomeEvent)
+  | {type: 'status'; status: Status};
 
 /** A query: a function of a read transaction, or one of the shorthands. */
 export type Query<T> =
@@ -97,12 +174,16 @@ interface VersionIn {
   version: number;
   parent: number;
   ts: number;
+  base?: {branch: string; version: number};
+  bundle?: string;
   stateHash: string;
   scalars: {[k: string]: JSONValue};
-  items: {collection: string; id: string; op: 'put' | 'delete'; meta?: JSONValue; hash?: string}[];
-  mutations: {client: string; id: number; name: string; status: 'applied' | 'error'; error?: string; code?: string}[];
+  items: {collection: string; id: string; op: 'put' | 'delete'; meta?: JSONValue; hash?: string; size?: number}[];
+  mutations: {clientGroup: string; client: string; id: number; name: string; status: 'applied' | 'error'; error?: string; code?: string}[];
   lastIds: {[k: string]: number};
   bodies?: Map<string, JSONValue>;
+  /** The branch at this version, for a version that starts a branch from another (its base's items are not listed). */
+  full?: wire.State | undefined;
 }
 
 interface Sub {
@@ -320,6 +401,7 @@ export class Canon<M extends Mutators = Mutators> {
       }
     }
     this.pending.sort((a, b) => a.id - b.id);
+    this.pendingChanged();
     for (const p of stale) {
       batch.set(pendingKey(p.id), undefined);
       void this.learnOutcome(p);
@@ -331,8 +413,10 @@ export class Canon<M extends Mutators = Mutators> {
     this.enqueue(() => this.rebase(new Changes(), true));
     this.isLoaded = true;
     this.loadedResolve();
-    if (!cs) {
-      await this.loadState(undefined);
+    if (cs) {
+      this.enqueue(() => this.emit({type: 'state', version: this.canon.version, ts: this.canon.ts, cause: 'storage'}));
+    } else {
+      await this.loadState(undefined, 'load');
     }
     this.watchNetwork();
     this.connect();
@@ -361,6 +445,7 @@ export class Canon<M extends Mutators = Mutators> {
     if (this.statusNow !== s) {
       this.statusNow = s;
       this.opts.onStatus?.(s);
+      this.emit({type: 'status', status: s});
       if (s === 'online' || s === 'polling') {
         void this.checkBundle();
       }
@@ -484,6 +569,7 @@ export class Canon<M extends Mutators = Mutators> {
       const go = () => {
         p.id = ++this.lastId;
         this.pending.push(p);
+        this.pendingChanged();
         const r = this.applyLocal(p, this.local);
         const after = () => {
           const batch = new Map<string, unknown>([
@@ -492,6 +578,7 @@ export class Canon<M extends Mutators = Mutators> {
           ]);
           this.persist(batch).then(() => {
             p.durable = true;
+            this.pendingChanged();
             this.kick();
           }, reject);
         };
@@ -673,7 +760,7 @@ export class Canon<M extends Mutators = Mutators> {
   }
 
   /** loadState replaces the canonical view with the branch at version at (the latest when undefined). */
-  private async loadState(at: number | undefined): Promise<void> {
+  private async loadState(at: number | undefined, cause: 'load' | 'reset'): Promise<void> {
     const st = at === 0 ? undefined : await this.retry(() => this.api.state(at));
     await new Promise<void>(resolve =>
       this.enqueue(() => {
@@ -686,8 +773,15 @@ export class Canon<M extends Mutators = Mutators> {
         }
         this.received = this.canon.version;
         this.saveCanonical(undefined, true);
-        this.rebase(ch, true);
-        resolve();
+        const done = () => {
+          this.emit({type: 'state', version: this.canon.version, ts: this.canon.ts, cause});
+          resolve();
+        };
+        const r = this.rebase(ch, true);
+        if (r instanceof Promise) {
+          return r.then(done);
+        }
+        done();
       }),
     );
   }
@@ -758,10 +852,20 @@ export class Canon<M extends Mutators = Mutators> {
       version: m.version,
       parent: m.parent,
       ts: m.ts,
+      ...(m.base !== undefined && {base: {branch: m.base.branch, version: m.base.version}}),
+      ...(m.bundle !== undefined && {bundle: m.bundle}),
       stateHash: m.stateHash,
       scalars: m.scalars as {[k: string]: JSONValue},
-      items: (m.items ?? []).map(i => ({collection: i.collection, id: i.id, op: i.op, ...(i.meta !== undefined && {meta: i.meta}), ...(i.hash !== undefined && {hash: i.hash})})),
+      items: (m.items ?? []).map(i => ({
+        collection: i.collection,
+        id: i.id,
+        op: i.op,
+        ...(i.meta !== undefined && {meta: i.meta}),
+        ...(i.hash !== undefined && {hash: i.hash}),
+        ...(i.size !== undefined && {size: i.size}),
+      })),
       mutations: (m.mutations ?? []).map(x => ({
+        clientGroup: x.clientGroup,
         client: x.client,
         id: x.id,
         name: x.name,
@@ -812,6 +916,12 @@ export class Canon<M extends Mutators = Mutators> {
   /** prepare fetches the bodies a version needs (by hash, once); error outcomes carry their code. */
   private async prepare(v: VersionIn): Promise<void> {
     v.bodies = new Map();
+    if (v.base) {
+      // The first version of a branch made from another lists only what it
+      // changed, not the items it starts with: read the branch at it.
+      v.full = await this.retry(() => this.api.state(v.version));
+      return;
+    }
     const local = new Layers(this.canon, [this.local]);
     await Promise.all(
       v.items.map(async it => {
@@ -845,10 +955,14 @@ export class Canon<M extends Mutators = Mutators> {
   private applyVersion(v: VersionIn): void | Promise<void> {
     const ch = new Changes();
     const c = this.canon;
+    if (v.full) {
+      this.loadInto(c, v.full);
+      ch.all = true;
+    }
     c.version = v.version;
     c.ts = v.ts;
     c.stateHash = v.stateHash;
-    const names = new Set([...c.scalars.keys(), ...Object.keys(v.scalars)]);
+    const names = new Set(v.full ? [] : [...c.scalars.keys(), ...Object.keys(v.scalars)]);
     for (const n of names) {
       const nv = v.scalars[n];
       if (!equal(c.scalars.get(n), nv)) {
@@ -860,7 +974,7 @@ export class Canon<M extends Mutators = Mutators> {
         }
       }
     }
-    for (const it of v.items) {
+    for (const it of v.full ? [] : v.items) {
       const k = itemKey(it.collection, it.id);
       ch.items.add(k);
       if (it.op === 'delete') {
@@ -902,23 +1016,95 @@ export class Canon<M extends Mutators = Mutators> {
     if (this.inflight) {
       this.inflight.ids = this.inflight.ids.filter(id => !decided.has(id));
     }
-    this.saveCanonical(ch.items);
+    this.saveCanonical(ch.items, v.full !== undefined);
     if (del.size) {
       void this.persist(del);
+      this.pendingChanged();
     }
-    for (const [p, o] of done) {
-      if (o) {
-        this.settle(p, o);
-      } else {
-        void this.learnOutcome(p);
+    // Outcomes and the event once the view shows the version and the rebase.
+    const after = () => {
+      this.emit({
+        type: 'version',
+        version: v.version,
+        parent: v.parent,
+        ts: v.ts,
+        ...(v.base && {base: v.base}),
+        ...(v.bundle !== undefined && {bundle: v.bundle}),
+        scalars: {...v.scalars},
+        items: v.items.map(it => ({...it})),
+        mutations: v.mutations.map(m => ({...m, mine: m.client === this.clientID})),
+      });
+      for (const [p, o] of done) {
+        if (o) {
+          this.settle(p, o);
+        } else {
+          void this.learnOutcome(p);
+        }
       }
+    };
+    const r = this.rebase(ch);
+    if (r instanceof Promise) {
+      return r.then(after);
     }
-    return this.rebase(ch);
+    after();
   }
 
   private settle(p: Pending, o: Outcome): void {
     p.resolve?.(o);
     this.opts.onOutcome?.({...o, id: p.id, name: p.name});
+    this.emit({type: 'outcome', ...o, id: p.id, name: p.name});
+  }
+
+  // ---- events ----
+
+  private listeners = new Set<(e: SyncEvent) => void>();
+  private pendingQueued = false;
+  private pendingLast = '';
+
+  /**
+   * listen calls listener with what the client learns and does, in order:
+   * each canonical version once it is applied to the view (its mutations of
+   * every client with their outcomes and codes), the view replaced as a
+   * whole (state), the branch's rejections, this client's outcomes, changes
+   * of its pending queue (coalesced within a task) and of the connection.
+   * It returns the function that stops listening. The current queue is
+   * pendingMutations(), the current version the version property.
+   */
+  listen(listener: (e: SyncEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** pendingMutations is this client's queue now, in id order. */
+  pendingMutations(): PendingMutation[] {
+    return this.pending.map(p => ({id: p.id, name: p.name, args: clone(p.args), ts: p.ts, state: p.sent ? 'sent' : p.durable ? 'queued' : 'local'}));
+  }
+
+  private emit(e: SyncEvent): void {
+    for (const l of this.listeners) {
+      try {
+        l(e);
+      } catch (x) {
+        this.report(new CanonError('subscriber', `a listener threw on a ${e.type} event: ${(x as Error).message}`));
+      }
+    }
+  }
+
+  /** pendingChanged reports the queue once the current task is done, if it differs from what was reported. */
+  private pendingChanged(): void {
+    if (this.pendingQueued || this.listeners.size === 0) {
+      return;
+    }
+    this.pendingQueued = true;
+    queueMicrotask(() => {
+      this.pendingQueued = false;
+      const now = this.pendingMutations();
+      const sig = now.map(p => `${p.id}:${p.name}:${p.state}`).join(',');
+      if (sig !== this.pendingLast) {
+        this.pendingLast = sig;
+        this.emit({type: 'pending', pending: now});
+      }
+    });
   }
 
   /** learnOutcome asks the status API how a mutation decided before this view was decided (a previous session's). */
@@ -946,9 +1132,9 @@ export class Canon<M extends Mutators = Mutators> {
     try {
       const m = await this.retry(() => this.api.mutation(this.clientID, p.id));
       if (m.status === 'applied' || m.status === 'error') {
-        let code = 'unknown';
-        if (m.status === 'error' && m.version) {
-          // The status API has no code; the version has.
+        let code = m.code ?? 'unknown';
+        if (m.status === 'error' && m.code === undefined && m.version) {
+          // A status recorded before Canon stored codes: the version has it.
           const page = await this.api.versions(m.version, 1).catch(() => undefined);
           code = page?.versions[0]?.mutations?.find(x => x.client === this.clientID && x.id === p.id)?.code ?? code;
         }
@@ -1073,6 +1259,7 @@ export class Canon<M extends Mutators = Mutators> {
     for (const p of this.pending) {
       p.sent = false;
     }
+    this.pendingChanged();
     this.inflight = undefined;
     if (this.closed) {
       return;
@@ -1146,7 +1333,7 @@ export class Canon<M extends Mutators = Mutators> {
         const r = m as wire.WebsocketReset;
         this.epoch++;
         this.received = r.head;
-        this.versionChain = this.versionChain.then(() => this.loadState(r.head)).catch(e => {
+        this.versionChain = this.versionChain.then(() => this.loadState(r.head, 'reset')).catch(e => {
           this.report(e instanceof CanonError ? e : new CanonError('sync', String(e)));
           this.restart();
         });
@@ -1181,8 +1368,26 @@ export class Canon<M extends Mutators = Mutators> {
 
   private pushOverWS = true;
 
-  private onRejected(r: {branch: string; client: string; id: number; reason: string; message: string; expectedId?: number}): void {
-    if (r.client !== this.clientID || r.branch !== this.branch) {
+  private onRejected(r: wire.WebsocketRejected): void {
+    if (r.branch !== this.branch) {
+      return;
+    }
+    const mine = r.client === this.clientID;
+    this.enqueue(() => {
+      this.emit({
+        type: 'rejected',
+        reason: r.reason,
+        message: r.message,
+        clientGroup: r.clientGroup,
+        client: r.client,
+        id: r.id,
+        name: r.name,
+        ...(r.expectedId !== undefined && {expectedId: r.expectedId}),
+        at: r.at,
+        mine,
+      });
+    });
+    if (!mine) {
       return;
     }
     this.enqueue(() => {
@@ -1200,6 +1405,7 @@ export class Canon<M extends Mutators = Mutators> {
             p.sent = false;
           }
         }
+        this.pendingChanged();
         this.kick();
         return;
       }
@@ -1227,6 +1433,7 @@ export class Canon<M extends Mutators = Mutators> {
     this.lastId--;
     batch.set(K_META, {clientGroup: this.clientGroup, client: this.clientID, lastId: this.lastId});
     void this.persist(batch);
+    this.pendingChanged();
     p!.reject?.(err);
     this.report(err);
     return this.rebase(new Changes());
@@ -1245,6 +1452,7 @@ export class Canon<M extends Mutators = Mutators> {
     this.lastId = id - 1;
     batch.set(K_META, {clientGroup: this.clientGroup, client: this.clientID, lastId: this.lastId});
     void this.persist(batch);
+    this.pendingChanged();
   }
 
   private onPushError(ids: number[], e: CanonError): void {
@@ -1345,6 +1553,7 @@ export class Canon<M extends Mutators = Mutators> {
     for (const p of ps) {
       p.sent = true;
     }
+    this.pendingChanged();
     if (viaWS) {
       const msg: wire.WebsocketPush = {type: 'push', requestId, clientGroup: this.clientGroup, mutations};
       this.ws!.send(JSON.stringify(msg));
@@ -1391,7 +1600,7 @@ export class Canon<M extends Mutators = Mutators> {
         const page = await this.api.versions(from, 1000);
         failures = 0;
         if (page && page.head < this.received) {
-          await this.loadState(undefined); // the branch is behind what we hold: reload
+          await this.loadState(undefined, 'reset'); // the branch is behind what we hold: reload
         } else if (page) {
           for (const v of page.versions) {
             if (v.version === this.received + 1) {

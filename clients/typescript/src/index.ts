@@ -1,7 +1,21 @@
 // @canon/client: Canon's local-first client for browsers and Node.
 
 export {Canon, backoffDelay} from './client.js';
-export type {CanonOptions, MutateFns, Outcome, OutcomeEvent, Query, QueryResult, Status} from './client.js';
+export type {
+  CanonOptions,
+  MutateFns,
+  Outcome,
+  OutcomeEvent,
+  PendingEvent,
+  PendingMutation,
+  Query,
+  QueryResult,
+  RejectedEvent,
+  StateEvent,
+  Status,
+  SyncEvent,
+  VersionEvent,
+} from './client.js';
 export {bundleHash} from './bundle.js';
 export {CanonError} from './errors.js';
 export {canonical, clone, equal, mergePatch, splice, type JSONObject, type JSONValue} from './json.js';

@@ -206,6 +206,8 @@ export type Mutation = {
   version?: number;
   /** The mutator's message (status error) */
   error?: string;
+  /** The error outcome's stable code (status error), as in push answers and websocket versions, e.g. mutator_error, unknown_mutator or an application's own; absent for mutations decided before Canon stored codes */
+  code?: string;
   /** Why it was rejected (status rejected): gap, unauthorized, invalid … */
   reason?: string;
   /** The sequencer's message (status rejected) */

@@ -5,9 +5,9 @@ import {join} from 'node:path';
 import {test} from 'node:test';
 
 import {bundleHash} from '../src/bundle.js';
-import {backoffDelay, Canon, type CanonOptions} from '../src/client.js';
+import {backoffDelay, Canon, type CanonOptions, type OutcomeEvent, type SyncEvent} from '../src/client.js';
 import type {CanonError} from '../src/errors.js';
-import type {JSONValue} from '../src/json.js';
+import {canonical, sha256Hex, type JSONValue} from '../src/json.js';
 import {MutatorError, type Mutators, type Tx} from '../src/mutators.js';
 import {FileStorage} from '../src/node.js';
 import {MemoryStorage} from '../src/storage.js';
@@ -111,6 +111,98 @@ test('a server-side error rolls the optimistic change back', async () => {
   c.close();
 });
 
+test('listen reports versions with every client\'s outcomes and codes, the queue, rejections and resets, in order', async () => {
+  const s = new FakeCanon({
+    ...todo,
+    'todo.quota'() {
+      throw new MutatorError('quota_exceeded', 'no more todos');
+    },
+  });
+  const storage = new MemoryStorage();
+  // Locally the quota mutator sets a scalar; Canon refuses it.
+  const local = {...todo, 'todo.quota'(tx: Tx) {
+    tx.setScalar('q', 1);
+  }} satisfies Mutators;
+  const mk = () => new Canon({server: 'http://canon.test', token: 't', org: s.org, project: s.project, mutators: local, storage,
+    WebSocket: s.WebSocket, fetch: s.fetch, backoff: {min: 1, max: 20}, onError: () => {}});
+  const c = mk();
+  const events: SyncEvent[] = [];
+  const off = c.listen(e => events.push(e));
+  await c.ready;
+  await until('online', () => c.status === 'online');
+  // The first load: the view is replaced as a whole, at version 0.
+  assert.deepEqual(events.filter(e => e.type === 'state'), [{type: 'state', version: 0, ts: 0, cause: 'load'}]);
+  assert.deepEqual(events.filter(e => e.type === 'status').map(e => e.type === 'status' && e.status), ['online']);
+
+  // Offline, two mutations queue: local, then queued once in the storage.
+  s.setOffline(true);
+  await until('offline', () => c.status === 'offline');
+  events.length = 0;
+  const a = c.mutate['todo.add']({id: 'a', title: 'A'});
+  const q = c.mutate['todo.quota']({});
+  const pendingStates = () => events.flatMap(e => (e.type === 'pending' ? [e.pending.map(p => `${p.id}:${p.name}:${p.state}`).join(',')] : []));
+  await until('queued', () => pendingStates().at(-1) === '1:todo.add:queued,2:todo.quota:queued');
+  assert.equal(pendingStates()[0], '1:todo.add:local,2:todo.quota:local');
+  assert.deepEqual(c.pendingMutations().map(p => [p.id, p.name, p.args, p.state]), [[1, 'todo.add', {id: 'a', title: 'A'}, 'queued'], [2, 'todo.quota', {}, 'queued']]);
+
+  // Another client's mutation is decided first; back online, ours are sent and decided.
+  await s.decide('g2', [{client: 'other', id: 1, name: 'item.put', args: {collection: 'notes', id: 'n', data: 1}, ts: 0}]);
+  events.length = 0;
+  s.setOffline(false);
+  assert.deepEqual(await a, {status: 'applied', version: 2});
+  assert.deepEqual(await q, {status: 'error', version: 3, code: 'quota_exceeded', message: 'no more todos'});
+  await c.settled();
+  await new Promise(r => setTimeout(r, 0));
+  const seen = events.filter(e => e.type !== 'status' && !(e.type === 'pending' && e.pending.length > 0)).map(e => {
+    switch (e.type) {
+      case 'version':
+        return `v${e.version}:` + e.mutations.map(m => `${m.client === c.clientID ? 'me' : m.client}#${m.id}:${m.status}${m.code ? ':' + m.code : ''}:${m.mine}`).join(',') + ':' + e.items.map(i => `${i.op} ${i.collection}/${i.id} ${i.size ?? ''}`).join(',');
+      case 'outcome':
+        return `outcome #${e.id} ${e.status} v${e.version}${e.status === 'error' ? ' ' + e.code : ''}`;
+      case 'pending':
+        return 'pending empty';
+      default:
+        return e.type;
+    }
+  });
+  assert.deepEqual(seen, [
+    'v1:other#1:applied:false:put notes/n 1',
+    'v2:me#1:applied:true:put todos/a 45',
+    'outcome #1 applied v2',
+    'v3:me#2:error:quota_exceeded:true:',
+    'outcome #2 error v3 quota_exceeded',
+    'pending empty',
+  ]);
+  // Sent before decided: the queue went through the sent state.
+  assert.ok(events.some(e => e.type === 'pending' && e.pending.some(p => p.state === 'sent')));
+  // A version event comes once the view shows it (and the rebase).
+  const v2 = events.find(e => e.type === 'version' && e.version === 2);
+  assert.ok(v2 && v2.type === 'version' && v2.ts > 0 && v2.parent === 1 && v2.scalars !== undefined);
+
+  // Another client's gap rejection is reported (not mine); a reset replaces the view.
+  events.length = 0;
+  await s.decide('g2', [{client: 'other', id: 5, name: 'item.put', args: {collection: 'notes', id: 'm', data: 2}, ts: 0}]);
+  await until('rejection', () => events.some(e => e.type === 'rejected'));
+  const rej = events.find(e => e.type === 'rejected');
+  assert.deepEqual(rej && {...rej, at: 0}, {type: 'rejected', reason: 'gap', message: 'gap: expected 2', clientGroup: 'g2', client: 'other', id: 5, name: 'item.put', expectedId: 2, at: 0, mine: false});
+  s.resetAll();
+  await until('reset', () => events.some(e => e.type === 'state'));
+  assert.deepEqual(events.find(e => e.type === 'state'), {type: 'state', version: 3, ts: s.versions[2]!.ts, cause: 'reset'});
+
+  // A new session from the storage starts with the stored view.
+  off();
+  const n = events.length;
+  await c.mutate['todo.add']({id: 'b', title: 'B'});
+  assert.equal(events.length, n, 'no events after off()');
+  await c.close();
+  const c2 = mk();
+  const events2: SyncEvent[] = [];
+  c2.listen(e => events2.push(e));
+  await until('state', () => events2.some(e => e.type === 'state'));
+  assert.deepEqual(events2.find(e => e.type === 'state'), {type: 'state', version: 4, ts: s.versions[3]!.ts, cause: 'storage'});
+  await c2.close();
+});
+
 test('1,000 pending mutations are rebased on a version of another client, then all apply', async () => {
   const s = new FakeCanon(todo);
   const c = client(s);
@@ -171,6 +263,33 @@ test('a version gap on the socket makes the client resume from what it holds', a
   await until('both versions', () => c.version === 2);
   assert.deepEqual(clientView(c), serverView(s));
   c.close();
+});
+
+test('the first version of a branch made from another brings the items it starts with', async () => {
+  const s = new FakeCanon(todo);
+  s.branch = 'draft';
+  const errs: string[] = [];
+  const c = client(s, {branch: 'draft', onError: e => errs.push(e.code + ': ' + e.message)});
+  await until('online', () => c.status === 'online');
+  const seen: number[] = [];
+  c.subscribe({collection: 'notes'}, v => seen.push(v.length));
+  // branch.create from main@3: the version lists no items, the branch has main's.
+  const body = canonical({text: 'from main'});
+  const hash = await sha256Hex(body);
+  s.state.setItem('notes', 'n1', {data: {text: 'from main'}, meta: {}, hash});
+  s.blobs.set(hash, body);
+  s.nextBase = {branch: 'main', version: 3};
+  s.addVersion([], [{clientGroup: 'g2', client: 'o', id: 1, name: 'branch.create', args: {from: 'main', version: 3}, status: 'applied', offset: 0}], {o: 1});
+  s.lastIds.set('o', 1);
+  await until('version 1', () => c.version === 1);
+  assert.deepEqual(c.query({item: {collection: 'notes', id: 'n1'}}), {data: {text: 'from main'}, meta: {}});
+  assert.deepEqual(seen, [0, 1]);
+  // Later versions apply on top, as usual.
+  await s.decide('g2', [{client: 'o', id: 2, name: 'item.put', args: {collection: 'notes', id: 'n2', data: 2}, ts: 0}]);
+  await until('version 2', () => c.version === 2);
+  assert.deepEqual(errs, []);
+  assert.deepEqual(clientView(c), serverView(s));
+  await c.close();
 });
 
 test('a dropped push is resent after a gap rejection; ids stay dense and nothing is duplicated', async () => {
@@ -278,6 +397,45 @@ test('a reload in the middle of a push neither loses nor duplicates the mutation
   assert.equal(s.versions.length, 1);
   assert.deepEqual(clientView(c2), serverView(s));
   c2.close();
+});
+
+test('the outcome of a previous session\'s mutation, learned from the status API, has its error code', async () => {
+  const failing = {
+    ...todo,
+    'todo.take'(tx: Tx, a: {id: string}) {
+      if (tx.has('todos', a.id)) {
+        throw Object.assign(new Error(`todo ${a.id} is taken`), {code: 'todo_taken'});
+      }
+      tx.put('todos', a.id, {title: 'taken', done: false, at: tx.now()});
+    },
+  } satisfies Mutators;
+  for (const old of [false, true]) {
+    const s = new FakeCanon(failing);
+    s.statusWithoutCode = old;
+    await s.decide('other', [{client: 'other', id: 1, name: 'todo.add', args: {id: 'a', title: 'A'}, ts: 0}]);
+    const storage = new MemoryStorage();
+    s.setOffline(true);
+    const c1 = new Canon({server: 'http://canon.test', token: 't', org: s.org, project: s.project, mutators: failing, storage,
+      WebSocket: s.WebSocket, fetch: s.fetch, backoff: {min: 1, max: 20}, onError: () => {}});
+    await c1.storageLoaded();
+    void c1.mutate['todo.take']({id: 'a'}).catch(() => {});
+    await until('durable', () => [...storage.data.keys()].some(k => k.startsWith('pending')));
+    const id = c1.clientID;
+    await c1.close();
+    // Another session of this client decided it, and this storage's view
+    // already covers that version: the outcome comes from the status API.
+    await s.decide('g', [{client: id, id: 1, name: 'todo.take', args: {id: 'a'}, ts: 0}]);
+    storage.data.set('canon', {version: s.head, ts: s.now, stateHash: '0'.repeat(64), scalars: {}, lastIds: {other: 1, [id]: 1}});
+    s.setOffline(false);
+    s.requests.length = 0;
+    const outcomes: OutcomeEvent[] = [];
+    const c2 = client(s, {storage, onOutcome: o => outcomes.push(o)});
+    await c2.settled();
+    assert.deepEqual(outcomes, [{status: 'error', version: 2, code: 'todo_taken', message: 'todo a is taken', id: 1, name: 'todo.take'}], old ? 'older server' : 'current server');
+    // The code is in the status; only an older server's answer sends the client to the version for it.
+    assert.equal(s.requests.some(r => r.includes('/versions?')), old, s.requests.join('\n'));
+    await c2.close();
+  }
 });
 
 test('file storage keeps the state across a restart and ignores a torn last write', async () => {

@@ -33,6 +33,10 @@ export class FakeCanon {
   dropPushes = 0;
   /** The next live version sent is skipped on the sockets (a gap). */
   skipNext = false;
+  /** The base of the next version: it starts the branch from another one (its items are not listed, as Canon does). */
+  nextBase: {branch: string; version: number} | undefined;
+  /** The status API answers without code, as Canon did before it stored codes. */
+  statusWithoutCode = false;
   requests: string[] = [];
   /** The hash of the bundle deployed for the project (GET …/mutators); its versions record it. */
   bundle: string | undefined;
@@ -100,7 +104,9 @@ export class FakeCanon {
       org: this.org, project: this.project, branch: this.branch, version: this.head + 1, parent: this.head, ts: this.now,
       scalars: Object.fromEntries(this.state.scalars), items, mutations, lastIds, stateHash: '0'.repeat(64), source: {partition: 0, offset: 0},
       ...(this.bundle !== undefined && mutations.length > 0 && {bundle: this.bundle}),
+      ...(this.nextBase !== undefined && {base: this.nextBase}),
     };
+    this.nextBase = undefined;
     this.versions.push(v);
     for (const it of items) {
       this.written.set(it.collection + '\u0000' + it.id, v.version);
@@ -136,6 +142,7 @@ export class FakeCanon {
       mutations: (v.mutations ?? []).map(m => ({clientGroup: m.clientGroup, client: m.client, id: m.id, name: m.name, status: m.status, ...(m.error !== undefined && {error: m.error}), ...(m.code !== undefined && {code: m.code})})),
       lastIds: v.lastIds ?? {},
       ...(v.bundle !== undefined && {bundle: v.bundle}),
+      ...(v.base !== undefined && {base: v.base}),
     };
   }
 
@@ -214,7 +221,8 @@ export class FakeCanon {
       for (const v of this.versions) {
         const o = v.mutations?.find(x => x.client === client && x.id === id);
         if (o) {
-          return json(200, {client, branch: this.branch, id, status: o.status, applied: o.status === 'applied', version: v.version, ...(o.error && {error: o.error}), lastMutationID: this.lastIds.get(client) ?? 0});
+          return json(200, {client, branch: this.branch, id, status: o.status, applied: o.status === 'applied', version: v.version, ...(o.error && {error: o.error}),
+            ...(o.code && !this.statusWithoutCode && {code: o.code}), lastMutationID: this.lastIds.get(client) ?? 0});
         }
       }
       return json(200, {client, branch: this.branch, id, status: 'pending', applied: false, lastMutationID: this.lastIds.get(client) ?? 0});

@@ -5,7 +5,8 @@ import {createRoot} from 'react-dom/client';
 import {Canon, type Outcome} from '../../src/index.js';
 import type {Tx} from '../../src/mutators.js';
 import {useQuery} from '../../src/react.js';
-import {Changes} from '../../src/view.js';
+import {IndexedDBStorage} from '../../src/storage.js';
+import {Changes, itemKey} from '../../src/view.js';
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -51,7 +52,57 @@ function view() {
   });
 }
 
+// Faults on a real Canon's socket: a version message dropped (a gap).
+let dropNext = false;
+let dropped = 0;
+const events: string[] = [];
+const errors: string[] = [];
+
+/** FaultySocket is the browser's WebSocket with the next version message dropped on request. */
+class FaultySocket extends WebSocket {
+  override set onmessage(f: ((ev: MessageEvent) => void) | null) {
+    super.onmessage = f === null ? null : ev => {
+      if (dropNext && typeof ev.data === 'string' && (JSON.parse(ev.data) as {type?: string}).type === 'version') {
+        dropNext = false;
+        dropped++;
+        return;
+      }
+      f.call(this, ev);
+    };
+  }
+  override get onmessage(): ((ev: MessageEvent) => void) | null {
+    return super.onmessage;
+  }
+}
+
 const api = {
+  // startFaulty starts a client whose IndexedDB holds a view at version
+  // 1000 with an item Canon never had (as after Canon's topics were
+  // recreated), over a socket that can drop a version; it records the
+  // client's events and errors.
+  async startFaulty(server: string, token: string, project: string) {
+    const st = await IndexedDBStorage.open(`canon:${server}|acme/${project}/main:0`);
+    await st.write(new Map<string, unknown>([
+      ['canon', {version: 1000, ts: 1, stateHash: '', scalars: {stale: true}, lastIds: {}}],
+      ['item\u0000' + itemKey('notes', 'stale'), {c: 'notes', id: 'stale', data: {stale: true}, meta: {}}],
+    ]));
+    st.close();
+    canon = new Canon({server, token, org: 'acme', project, mutators: app, WebSocket: FaultySocket, onError: e => errors.push(e.code)});
+    canon.listen(e => events.push(e.type === 'state' ? `state:${e.cause}:${e.version}` : e.type === 'version' ? `version:${e.version}` : e.type));
+    await canon.storageLoaded();
+    return canon.clientID;
+  },
+  dropNextVersion() {
+    dropNext = true;
+    return true;
+  },
+  dropped: () => dropped,
+  events: () => JSON.stringify(events.filter(e => e.startsWith('state') || e.startsWith('version'))),
+  clientErrors: () => JSON.stringify(errors),
+  putLater(collection: string, id: string, data: unknown) {
+    void canon!.mutate['item.put']({collection, id, data: data as never}).then(o => outcomes.push(o));
+    return true;
+  },
   start(server: string, token: string, project: string) {
     canon = new Canon({server, token, org: 'acme', project, mutators: app, onOutcome: o => learned.push(`${o.id}:${o.status}`), onError: e => console.warn(e.code, e.message)});
     canon.subscribe({collection: 'notes'}, () => renders++);
