@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/httpapi"
 	"github.com/canon-sync/canon/producer"
 	"github.com/canon-sync/canon/projector/live"
@@ -15,7 +16,7 @@ import (
 // serves are the read API's Config fields: with the sequencer in the node
 // (canon dev) serves is the sequencer's, otherwise partitions are those
 // of the node's read replica.
-func (n *node) mountReads(st *store.Store, partitions []int32, serves func(int32) bool, pusher *producer.Producer) (*live.Server, error) {
+func (n *node) mountReads(st *store.Store, partitions []int32, serves func(int32) bool, pusher *producer.Producer, feed *changelog.Feed) (*live.Server, error) {
 	srv, err := readapi.New(readapi.Config{
 		Store:      st,
 		Keys:       n.verifyKeys(),
@@ -46,7 +47,7 @@ func (n *node) mountReads(st *store.Store, partitions []int32, serves func(int32
 	}
 	ws, err := live.New(live.Config{Store: st, Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
 		Partitions: partitions, Serves: serves, Keys: n.verifyKeys(), Pusher: pusher, Log: n.log, Registerer: n.registry,
-		CheckOrigin: cors.CheckOrigin})
+		CheckOrigin: cors.CheckOrigin, Changelog: feed})
 	if err != nil {
 		return nil, err
 	}

@@ -143,10 +143,51 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 	if has("producer") && has("sequencer") {
 		inflight = kafka.NewInflight(n.topics.Partitions)
 	}
+	// The changelog feed: the one reader of canon.versions that the
+	// producer's ?wait=applied and the websocket share, fed by the
+	// sequencer for the partitions it serves.
+	var (
+		seq  *sequencer.Sequencer
+		rep  *readapi.Replica
+		feed *changelog.Feed
+	)
+	if has("producer") || has("readapi") {
+		var start map[int32]int64
+		if has("readapi") {
+			// The websocket's hub starts at the store's offsets of what
+			// it serves (all partitions with the sequencer).
+			served := n.partitions
+			if has("sequencer") {
+				served = nil
+			}
+			if start, err = storeOffsets(a.store, served); err != nil {
+				return nil, err
+			}
+		}
+		kcfg := n.kcfg
+		kcfg.ClientID = "canon-changelog"
+		if feed, err = changelog.NewFeed(changelog.FeedConfig{Kafka: kcfg, Topics: n.topics.Names, PartitionCount: n.topics.Partitions,
+			Start: start, Local: func(p int32) bool {
+				switch {
+				case seq != nil:
+					return seq.Serves(p)
+				case rep != nil:
+					return rep.Publishes(p)
+				}
+				return false
+			}, Log: n.log}); err != nil {
+			return nil, err
+		}
+		n.ready.Add("changelog", feed.Ready)
+		add("changelog", feed.Run)
+	}
 	// 2. The sequencer.
-	var seq *sequencer.Sequencer
 	if has("sequencer") {
-		if seq, err = n.newSequencer(a.store, restoreFrom, inflight); err != nil {
+		var committed func(int32, int64, []changelog.Event, int64)
+		if feed != nil {
+			committed = feed.PublishCommitted
+		}
+		if seq, err = n.newSequencer(a.store, restoreFrom, inflight, committed); err != nil {
 			return nil, fmt.Errorf("role sequencer: %w", err)
 		}
 		if ckpts != nil {
@@ -188,8 +229,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			// the websocket). --partitions is for replicas.
 			partitions, serves, reads = nil, seq.Serves, seq.Serves
 		} else {
-			rep, err := n.newReplica(a.store, partitions, restoreFrom)
-			if err != nil {
+			if rep, err = n.newReplica(a.store, partitions, restoreFrom, feed); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			n.ready.Add("readapi-replica", rep.Ready)
@@ -219,7 +259,7 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 			}
 			return st.WaitApplied(ctx, p, next)
 		}
-		if prod, err = n.newProducer("canon-producer", readable, inflight); err != nil {
+		if prod, err = n.newProducer("canon-producer", readable, inflight, feed); err != nil {
 			return nil, fmt.Errorf("role producer: %w", err)
 		}
 		undo = append(undo, prod.Close)
@@ -233,14 +273,14 @@ func (n *node) assemble(names []string) (_ *assembly, err error) {
 		if pusher == nil {
 			// Pushes on the socket through a producer of the websocket's
 			// own, which no HTTP route serves.
-			if pusher, err = n.newProducer("canon-live-producer", nil, nil); err != nil {
+			if pusher, err = n.newProducer("canon-live-producer", nil, nil, feed); err != nil {
 				return nil, fmt.Errorf("role readapi: %w", err)
 			}
 			undo = append(undo, pusher.Close)
 			n.ready.Add("live-producer", pusher.Ready)
 			add("live-producer", pusher.Run)
 		}
-		ws, err := n.mountReads(a.store, partitions, serves, pusher)
+		ws, err := n.mountReads(a.store, partitions, serves, pusher, feed)
 		if err != nil {
 			return nil, fmt.Errorf("role readapi: %w", err)
 		}
@@ -291,7 +331,7 @@ func (n *node) openStore() (*store.Store, error) {
 }
 
 // newSequencer is the sequencer role's sequencer, on st.
-func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflight *kafka.Inflight) (*sequencer.Sequencer, error) {
+func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflight *kafka.Inflight, committed func(int32, int64, []changelog.Event, int64)) (*sequencer.Sequencer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-sequencer"
 	// The instance id lives with the store: a restart on the same data
@@ -319,6 +359,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflig
 		TransactionTimeout: n.seq.txnTimeout,
 		GatherWait:         n.seq.gatherWait,
 		GatherFresh:        n.seq.gatherFresh,
+		Committed:          committed,
 		Inflight:           inflight,
 		PushWait:           n.seq.pushWait,
 		Linger:             n.seq.linger,
@@ -330,7 +371,7 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflig
 // newProducer is a producer that follows the changelog (?wait=applied and
 // the 409 for a client group owned by another principal); readable is
 // its Config.Readable.
-func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error, inflight *kafka.Inflight) (*producer.Producer, error) {
+func (n *node) newProducer(clientID string, readable func(context.Context, int32, int64) error, inflight *kafka.Inflight, feed *changelog.Feed) (*producer.Producer, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = clientID
 	return producer.New(producer.Config{
@@ -340,6 +381,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		Log:            n.log,
 		Registerer:     n.registry,
 		Partitions:     n.topics.Partitions,
+		Changelog:      feed,
 		SequencerGroup: n.topicPrefix + sequencer.DefaultGroup,
 		Readable:       readable,
 		CheckBundle:    checkBundle(n.bundleOpts),
@@ -350,12 +392,12 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 // newReplica is the read replica of a readapi role without a sequencer:
 // it materializes st for partitions (all when nil) from canon.versions
 // and is ready once caught up.
-func (n *node) newReplica(st *store.Store, partitions []int32, ckpts changelog.Checkpoints) (*readapi.Replica, error) {
+func (n *node) newReplica(st *store.Store, partitions []int32, ckpts changelog.Checkpoints, feed *changelog.Feed) (*readapi.Replica, error) {
 	kcfg := n.kcfg
 	kcfg.ClientID = "canon-readapi-replica"
 	return readapi.NewReplica(readapi.ReplicaConfig{
 		Kafka: kcfg, Topics: n.topics.Names, Store: st, Partitions: partitions, Rejections: true, Log: n.log,
-		Checkpoints: ckpts,
+		Checkpoints: ckpts, Changelog: feed,
 	})
 }
 
@@ -397,4 +439,27 @@ func (n *node) newProjector() (*history.Projector, error) {
 		fmt.Fprintf(f.out, "  history     %s\n", f.historyLine())
 	}
 	return p, nil
+}
+
+// storeOffsets are st's changelog offsets of partitions (all when nil),
+// 0 for those it holds nothing of: where a reader of the changelog must
+// start to miss nothing the store lacks.
+func storeOffsets(st *store.Store, partitions []int32) (map[int32]int64, error) {
+	if partitions == nil {
+		for p := range st.Partitions() {
+			partitions = append(partitions, p)
+		}
+	}
+	start := make(map[int32]int64, len(partitions))
+	for _, p := range partitions {
+		off, ok, err := st.Offset(p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			off = 0
+		}
+		start[p] = off
+	}
+	return start, nil
 }

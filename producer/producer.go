@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/auth"
+	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/wire"
@@ -86,6 +87,11 @@ type Config struct {
 	// that another principal owns is refused with 409. When 0 it does
 	// neither (the sequencer still rejects such mutations).
 	Partitions int32
+	// Changelog is the process's changelog feed, which the caller runs
+	// and which follows Partitions partitions: the producer subscribes to
+	// it rather than fetching the changelog again. Nil: with Partitions
+	// set, the producer runs a feed of its own.
+	Changelog *changelog.Feed
 	// SequencerGroup is the sequencer's consumer group, whose committed
 	// offsets tell a duplicate; default sequencer's "canon-sequencer".
 	SequencerGroup string
@@ -221,7 +227,10 @@ func New(cfg Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
 	if cfg.Partitions > 0 {
-		p.watch = newWatcher(&p.cfg)
+		if p.watch, err = newWatcher(&p.cfg); err != nil {
+			cl.Close()
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -237,17 +246,12 @@ func (p *Producer) Run(ctx context.Context) error {
 	}
 	defer p.Close()
 	if p.watch != nil {
-		sctx, cancel := context.WithTimeout(ctx, p.cfg.ProduceTimeout)
-		err := p.watch.start(sctx)
-		cancel()
-		if err != nil {
-			p.watch.stop(err)
-			if ctx.Err() != nil {
-				return nil
-			}
+		err := p.watch.run(ctx, p.cfg.ProduceTimeout)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case !p.watch.following():
 			return err
-		}
-		if err := p.watch.run(ctx); err != nil && ctx.Err() == nil {
+		default:
 			p.cfg.Log.Error("producer: stopped following the changelog; ?wait=applied is answered 503 until a restart",
 				"topic", p.cfg.Topics.Versions, "err", err)
 		}
@@ -262,9 +266,6 @@ func (p *Producer) Run(ctx context.Context) error {
 // once.
 func (p *Producer) Close() {
 	p.closing.Do(func() {
-		if p.watch != nil {
-			p.watch.close()
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ProduceTimeout)
 		defer cancel()
 		_ = p.cl.Flush(ctx)

@@ -45,8 +45,11 @@ type outcome struct {
 // when the tail has read both topics up to their end offsets of that
 // moment without finding one, the mutation was a duplicate.
 type watcher struct {
-	cfg    *Config
-	tail   *changelog.Tail
+	cfg *Config
+	// feed is the process's changelog feed; own when the producer runs
+	// it (Config.Changelog is nil).
+	feed   *changelog.Feed
+	own    bool
 	adm    *kadm.Client
 	group  string
 	topics struct{ mutations, versions, rejected string }
@@ -57,6 +60,8 @@ type watcher struct {
 	// check; firstCheck how old a waiter is at its first, maxCheck the
 	// longest interval between two of one waiter's.
 	recheck, firstCheck, maxCheck time.Duration
+	// dead is closed when the feed stopped following the changelog.
+	dead chan struct{}
 
 	mu     sync.Mutex
 	owners map[groupKey]string
@@ -67,18 +72,18 @@ type watcher struct {
 	expiry  []expiring // recent's keys, oldest first
 	waits   map[position][]*waiter
 	// decided is, per partition of canon.mutations, the highest input
-	// offset that a version read by the tail names: every mutation below
+	// offset that a version read by the feed names: every mutation below
 	// it was decided, so a waiter below it that is not settled is a
-	// rejection the tail has not read yet or a duplicate, and is due a
-	// check at once.
+	// rejection the feed has not handed out yet or a duplicate, and is
+	// due a check at once.
 	decided map[int32]int64
-	// read is, per topic and partition, the offset after the last record
-	// whose event was handled: the tail's positions, copied under mu once
-	// a poll's events are (the tail itself is read by run alone).
+	// read is, per topic and partition, the feed's position (the offset
+	// below which every committed record was handled), copied under mu
+	// with each batch of its events.
 	read    map[string][]int64
 	stopped error // why the watcher stopped, if it did
-	// started is set once start opened the tail: tail, adm, vparts,
-	// rparts and read are set then, and not before.
+	// started is set once run has the feed's positions and an admin
+	// client: adm, rparts and read are set then, and not before.
 	started bool
 }
 
@@ -112,73 +117,36 @@ type waiter struct {
 // maxOwners bounds the remembered group owners.
 const maxOwners = 1 << 20
 
-// newWatcher returns a watcher that follows nothing until start.
-func newWatcher(cfg *Config) *watcher {
+// newWatcher returns a watcher subscribed to cfg.Changelog, or to a
+// feed of its own, that follows nothing until run.
+func newWatcher(cfg *Config) (*watcher, error) {
 	w := &watcher{
-		cfg: cfg, group: cfg.SequencerGroup, retain: 2 * time.Minute,
+		cfg: cfg, group: cfg.SequencerGroup, retain: 2 * time.Minute, dead: make(chan struct{}),
 		recheck: 20 * time.Millisecond, firstCheck: 100 * time.Millisecond, maxCheck: time.Second,
 		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]outcome{}, waits: map[position][]*waiter{},
 		decided: map[int32]int64{},
 	}
 	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
-	return w
+	w.feed = cfg.Changelog
+	if w.feed == nil {
+		feed, err := changelog.NewFeed(changelog.FeedConfig{Kafka: cfg.Kafka.Aux("tail"), Topics: cfg.Topics, PartitionCount: cfg.Partitions,
+			Limits: cfg.Limits, Log: cfg.Log})
+		if err != nil {
+			return nil, fmt.Errorf("producer: %w", err)
+		}
+		w.feed, w.own = feed, true
+	} else if w.feed.PartitionCount() != cfg.Partitions {
+		return nil, fmt.Errorf("producer: the changelog feed follows %d partitions, not %d", w.feed.PartitionCount(), cfg.Partitions)
+	}
+	w.vparts = cfg.Partitions
+	w.feed.Subscribe(w.handle, func(err error) {
+		w.stop(err)
+		close(w.dead)
+	})
+	return w, nil
 }
 
-// start reads the end offsets of canon.versions and canon.rejected and
-// opens the tail there; run follows it.
-func (w *watcher) start(ctx context.Context) error {
-	cfg := w.cfg
-	aux := cfg.Kafka.Aux("watch")
-	opts, err := aux.Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return err
-	}
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Versions, cfg.Topics.Rejected)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		cl.Close()
-		return fmt.Errorf("producer: read the end offsets of %s and %s: %w", cfg.Topics.Versions, cfg.Topics.Rejected, err)
-	}
-	start, rstart := map[int32]int64{}, map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Topic == cfg.Topics.Versions {
-			start[o.Partition] = o.Offset
-		} else {
-			rstart[o.Partition] = o.Offset
-		}
-	})
-	tail, err := changelog.New(changelog.Config{
-		Kafka: cfg.Kafka.Aux("tail"), Topics: cfg.Topics, PartitionCount: cfg.Partitions, Start: start,
-		Rejected: true, RejectedPartitions: int32(len(rstart)), RejectedStart: rstart, Limits: cfg.Limits, Log: cfg.Log,
-	})
-	if err != nil {
-		cl.Close()
-		return err
-	}
-	read := map[string][]int64{w.topics.versions: make([]int64, len(start)), w.topics.rejected: make([]int64, len(rstart))}
-	for topic, next := range read {
-		for p := range next {
-			next[p] = -1
-			if n, ok := tail.Next(topic, int32(p)); ok {
-				next[p] = n
-			}
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.tail, w.adm, w.vparts, w.rparts, w.read = tail, adm, int32(len(start)), int32(len(rstart)), read
-	w.started = true
-	return nil
-}
-
-// following reports whether start succeeded: the watcher then sees the
+// following reports whether run started: the watcher then sees the
 // outcomes of what is written from now on.
 func (w *watcher) following() bool {
 	w.mu.Lock()
@@ -197,52 +165,105 @@ func (w *watcher) errNotFollowing() *wire.Error {
 		Hint:    "retry after Retry-After, or push without wait=applied"}
 }
 
-// run follows the changelog and settles waiters until ctx ends or the
-// changelog cannot be followed; it returns why it stopped, nil when ctx
+// run runs the watcher's own feed, if it has one, waits up to
+// startTimeout for the feed to start, and then settles duplicates until
+// ctx ends or the feed stops; it returns why it stopped, nil when ctx
 // ended.
-func (w *watcher) run(ctx context.Context) error {
-	var checking sync.WaitGroup
-	checking.Add(1)
-	go func() {
-		defer checking.Done()
-		w.checkDuplicates(ctx)
-	}()
-	defer checking.Wait()
-	for {
-		evs, err := w.tail.Poll(ctx)
-		if err != nil {
-			w.stop(err)
-			if ctx.Err() != nil {
-				return nil
+func (w *watcher) run(ctx context.Context, startTimeout time.Duration) error {
+	fctx, cancel := context.WithCancel(ctx)
+	var feeding sync.WaitGroup
+	defer feeding.Wait()
+	defer cancel()
+	failed := make(chan error, 1)
+	if w.own {
+		feeding.Add(1)
+		go func() {
+			defer feeding.Done()
+			if err := w.feed.Run(fctx); err != nil {
+				failed <- err
 			}
-			return err
-		}
-		w.mu.Lock()
-		for i := range evs {
-			w.event(&evs[i])
-		}
-		for topic, next := range w.read {
-			for p := range next {
-				if n, ok := w.tail.Next(topic, int32(p)); ok {
-					next[p] = n
-				}
-			}
-		}
-		w.settleDuplicates()
-		w.expire()
-		w.mu.Unlock()
+		}()
 	}
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case <-w.feed.Started():
+	case err := <-failed:
+		return err
+	case <-w.dead:
+		return w.stoppedErr()
+	case <-timer.C:
+		err := fmt.Errorf("producer: the changelog feed did not read the end offsets of %s and %s within %v", w.topics.versions, w.topics.rejected, startTimeout)
+		w.stop(err)
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	aux := w.cfg.Kafka.Aux("watch")
+	opts, err := aux.Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rparts := w.feed.RejectedPartitions()
+	w.mu.Lock()
+	w.adm, w.rparts = kadm.NewClient(cl), rparts
+	if w.read == nil {
+		w.read = map[string][]int64{w.topics.versions: make([]int64, w.vparts), w.topics.rejected: make([]int64, rparts)}
+		for _, next := range w.read {
+			for p := range next {
+				next[p] = -1
+			}
+		}
+	}
+	w.started = true
+	w.mu.Unlock()
+	dctx, stopChecking := context.WithCancel(ctx)
+	defer stopChecking()
+	go func() {
+		select {
+		case <-w.dead:
+			stopChecking()
+		case <-dctx.Done():
+		}
+	}()
+	w.checkDuplicates(dctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return w.stoppedErr()
 }
 
-// close closes the Kafka clients start opened, once run returned.
-func (w *watcher) close() {
+func (w *watcher) stoppedErr() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.tail != nil {
-		w.tail.Close()
-		w.adm.Close()
-		w.tail, w.adm = nil, nil
+	return cmp.Or(w.stopped, errors.New("the changelog feed stopped"))
+}
+
+// handle takes a batch of the feed's events; the feed is locked.
+func (w *watcher) handle(evs []changelog.Event, at changelog.Positions) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range evs {
+		w.event(&evs[i])
 	}
+	if w.read == nil {
+		w.read = map[string][]int64{w.topics.versions: make([]int64, w.vparts), w.topics.rejected: make([]int64, at.Partitions(w.topics.rejected))}
+	}
+	for topic, next := range w.read {
+		for p := range next {
+			next[p] = -1
+			if n, ok := at.Next(topic, int32(p)); ok {
+				next[p] = n
+			}
+		}
+	}
+	w.settleDuplicates()
+	w.expire()
 }
 
 // stop fails the pending waits: the watcher no longer sees outcomes.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/canon-sync/canon/internal/changelog"
+	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -13,7 +14,10 @@ import (
 // intervals up to maxCheck, and at once when the changelog holds a version
 // of a later mutation of its partition.
 func TestWatcherDuplicateChecksDue(t *testing.T) {
-	w := newWatcher(&Config{})
+	w, err := newWatcher(&Config{Topics: kafka.DefaultTopicNames(), Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Unix(1000, 0)
 	add := func(p int32, off int64) *waiter {
 		wt := &waiter{pos: position{p, off}, since: t0, check: t0.Add(w.firstCheck), interval: w.firstCheck, done: make(chan outcome, 1)}

@@ -42,7 +42,11 @@ type ReplicaConfig struct {
 	// nothing of (or much less than a checkpoint) from the newest usable
 	// checkpoint before following the changelog after it.
 	Checkpoints changelog.Checkpoints
-	Log         *slog.Logger
+	// Changelog, when set, is the process's changelog feed: the replica
+	// publishes to it what it writes to the store, so that the feed does
+	// not fetch those partitions again (see Replica.Publishes).
+	Changelog *changelog.Feed
+	Log       *slog.Logger
 }
 
 // Replica materializes a store for some partitions of canon.versions
@@ -170,6 +174,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			Started: r.startedAt,
 			Applied: func(p int32, next int64, _ int, _ int64) { r.reached(p, next) },
 			Skipped: func(int32, int64, error) { r.skipped.Add(1) },
+			Wrote:   r.wrote(),
 		},
 	})
 	if err != nil {
@@ -240,6 +245,25 @@ func (r *Replica) reached(p int32, next int64) {
 			r.cfg.Log.Info("read replica caught up", "partitions", r.cfg.Partitions)
 		}
 	}
+}
+
+// wrote is the materializer's Wrote hook: the feed's Publish.
+func (r *Replica) wrote() func(int32, int64, []changelog.Event, int64) {
+	if r.cfg.Changelog == nil {
+		return nil
+	}
+	return r.cfg.Changelog.Publish
+}
+
+// Publishes reports whether the replica publishes partition p to
+// Config.Changelog: the feed's FeedConfig.Local.
+func (r *Replica) Publishes(p int32) bool {
+	select {
+	case <-r.started:
+	default:
+		return false
+	}
+	return r.cfg.Changelog != nil && slices.Contains(r.cfg.Partitions, p)
 }
 
 // Partitions are the partitions the replica follows.

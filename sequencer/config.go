@@ -156,6 +156,15 @@ type Config struct {
 	// when that fetch returns: this bounds how long its first mutation
 	// waits.
 	FetchMaxWait time.Duration
+	// Committed, when set, is told the records of canon.versions each
+	// committed transaction wrote to a partition, after the Kafka commit
+	// and after the store holds them (never for a failed store write):
+	// from is the store's offset of the partition before the write, last
+	// the offset of the last record. The process's changelog feed
+	// (changelog.Feed.Publish) hands them to its subscribers without
+	// fetching them back from the broker. It runs on the transaction's
+	// goroutine: it must not block.
+	Committed func(partition int32, from int64, evs []chlog.Event, last int64)
 
 	// Log receives the sequencer's logs; nil discards them.
 	Log *slog.Logger

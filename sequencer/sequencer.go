@@ -1,6 +1,7 @@
 package sequencer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	chlog "github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
@@ -607,6 +609,12 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		pp.last = max(pp.last, pr.kr.Offset)
 	}
 	for p, pp := range byPartition {
+		from := int64(-1)
+		if s.cfg.Committed != nil {
+			if o, err := s.cfg.Store.Applied(p); err == nil {
+				from = o
+			}
+		}
 		if err := s.cfg.Store.Apply(p, pp.recs, pp.last+1); err != nil {
 			// The changelog has it; the restore will bring it into the store.
 			s.log.Error("apply committed records to the store; partition will be restored", "partition", p, "err", err)
@@ -615,6 +623,8 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 				s.markRestoreLocked(p)
 			}
 			s.mu.Unlock()
+		} else if s.cfg.Committed != nil && from >= 0 {
+			s.cfg.Committed(p, from, s.committedEvents(b, p), pp.last)
 		}
 	}
 	// The read API tells a client why its mutation was rejected, rather
@@ -824,6 +834,21 @@ func (s *Sequencer) reject(ctx context.Context, sess *kgo.GroupTransactSession, 
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.SchemaRejectedV1)}}}
 	sess.Produce(ctx, kr, b.promise)
 	b.rejected = append(b.rejected, rej)
+}
+
+// committedEvents are the batch's records of partition p as the
+// changelog's events, for Config.Committed.
+func (s *Sequencer) committedEvents(b *batch, p int32) []chlog.Event {
+	var evs []chlog.Event
+	for _, pr := range b.pending {
+		if pr.kr.Partition != p {
+			continue
+		}
+		evs = append(evs, chlog.Event{Topic: pr.kr.Topic, Partition: p, Offset: pr.kr.Offset, Timestamp: pr.kr.Timestamp.UnixMilli(),
+			Size: len(pr.kr.Value), Version: pr.rec.Version, Chunk: pr.rec.Chunk, Deploy: pr.rec.Deploy})
+	}
+	slices.SortFunc(evs, func(a, b chlog.Event) int { return cmp.Compare(a.Offset, b.Offset) })
+	return evs
 }
 
 func header(r *kgo.Record, key string) string {

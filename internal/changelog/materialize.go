@@ -125,6 +125,12 @@ type Hooks struct {
 	// Applied is told that the sink holds a partition up to next, after a
 	// write of records whose values sum to bytes.
 	Applied func(partition int32, next int64, records int, bytes int64)
+	// Wrote, when set, is told the records of a write after the sink
+	// holds them: from is where the sink was before, next where it is
+	// now; every record of the changelog between is in evs. A feed's
+	// Publish takes exactly this. Not told of writes that skipped
+	// records.
+	Wrote func(partition int32, from int64, evs []Event, next int64)
 	// Skipped is told of a record that no sequencer wrote, after it is
 	// logged: it is not in the sink.
 	Skipped func(partition int32, offset int64, err error)
@@ -192,6 +198,7 @@ type partState struct {
 	applied, target int64
 	recs            []store.Record
 	offsets         []int64 // of recs
+	evs             []Event // of recs, for Hooks.Wrote
 	bytes           int64   // of recs
 }
 
@@ -483,6 +490,9 @@ func (m *Materializer) Take(evs []Event) error {
 		case ev.Chunk != nil || ev.Version != nil || ev.Deploy != nil:
 			ps.recs = append(ps.recs, store.Record{Chunk: ev.Chunk, Version: ev.Version, Deploy: ev.Deploy})
 			ps.offsets = append(ps.offsets, ev.Offset)
+			if m.cfg.Hooks.Wrote != nil {
+				ps.evs = append(ps.evs, ev)
+			}
 			ps.bytes += int64(ev.Size)
 			if len(ps.recs) >= m.cfg.Batch {
 				if err := m.write(ev.Partition, ev.Offset+1); err != nil {
@@ -519,8 +529,10 @@ func (m *Materializer) write(p int32, next int64) error {
 	if len(ps.recs) == 0 && next <= ps.applied {
 		return nil
 	}
+	from, whole := ps.applied, true
 	err := m.cfg.Sink.Apply(p, ps.recs, next)
 	if err != nil && store.Refused(err) {
+		whole = false
 		if !ps.fromStart {
 			m.cfg.Tail.Log.Warn("dropping the partition's local state and rebuilding it from the changelog", "partition", p, "err", err)
 			if derr := m.drop(p, err); derr != nil {
@@ -543,8 +555,12 @@ func (m *Materializer) write(p int32, next int64) error {
 		return err
 	}
 	n, bytes := len(ps.recs), ps.bytes
-	ps.recs, ps.offsets, ps.bytes = ps.recs[:0], ps.offsets[:0], 0
+	evs := ps.evs
+	ps.recs, ps.offsets, ps.evs, ps.bytes = ps.recs[:0], ps.offsets[:0], nil, 0
 	ps.applied = max(ps.applied, next)
+	if m.cfg.Hooks.Wrote != nil && whole {
+		m.cfg.Hooks.Wrote(p, from, evs, next)
+	}
 	if m.cfg.Hooks.Applied != nil {
 		m.cfg.Hooks.Applied(p, next, n, bytes)
 	}

@@ -7,7 +7,9 @@
 // The sequencer's restore, the read replica (readapi) and the jobs'
 // history read (pipelines) materialize through a Materializer; the live
 // projector (projector/live) and the producer's ?wait=applied
-// (producer/watch.go) follow a Tail.
+// (producer/watch.go) subscribe to a process's one Feed, which an
+// in-process store writer (the sequencer, a read replica) publishes to
+// and a Tail fetches the rest of.
 package changelog
 
 import (

@@ -1,5 +1,5 @@
 // Package live is Canon's websocket server: it follows canon.versions and
-// canon.rejected with one changelog tail per process, fans each version out
+// canon.rejected through the process's changelog feed, fans each version out
 // to the subscribers of its (org, project, branch), encoded once, and serves
 // GET /v1/projects/{org}/{project}/ws: every version after the one the
 // client asks for, in order and without gaps (catch-up from the store, then
@@ -64,6 +64,12 @@ type Config struct {
 	// Partitions are the partitions served; nil serves all. Subscriptions
 	// to a project of another partition are closed with 4004.
 	Partitions []int32
+	// Changelog is the process's changelog feed, which the caller runs:
+	// the server subscribes to it rather than fetching the changelog
+	// again. It must start at or below the store's offsets of the served
+	// partitions (FeedConfig.Start), so that no version committed before
+	// the process started is missed. Nil: Run runs a feed of its own.
+	Changelog *changelog.Feed
 	// Serves, when set, tells which partitions the store holds now (see
 	// readapi.Config.Serves): a subscription to a project of another
 	// partition is refused with 4004, and one whose partition goes away
@@ -190,7 +196,10 @@ type Server struct {
 	start map[int32]int64
 
 	upgrader websocket.Upgrader
-	tail     atomic.Pointer[changelog.Tail]
+	feed     *changelog.Feed
+	own      bool          // Run runs feed
+	dead     chan struct{} // closed when the feed stops following the changelog
+	stopErr  error         // why, set before dead is closed
 	running  atomic.Bool
 	done     chan struct{} // closed when Run ends: connections close with 1001
 
@@ -200,9 +209,10 @@ type Server struct {
 	active int // open connections
 }
 
-// New checks cfg and prepares the hub. The changelog tail starts with Run
-// at the store's position of each partition, so that no version committed
-// before the process started is missed by a subscription.
+// New checks cfg, prepares the hub and subscribes it to the changelog
+// feed, which starts at the store's position of each partition, so that
+// no version committed before the process started is missed by a
+// subscription.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -236,34 +246,49 @@ func New(cfg Config) (*Server, error) {
 		s.start[p] = off
 		s.hub.next[p].Store(off)
 	}
+	s.feed, s.dead = cfg.Changelog, make(chan struct{})
+	if s.feed == nil {
+		feed, err := changelog.NewFeed(changelog.FeedConfig{Kafka: cfg.Kafka, Topics: cfg.Topics, PartitionCount: cfg.PartitionCount,
+			Start: s.start, Limits: cfg.Limits, Log: cfg.Log})
+		if err != nil {
+			return nil, fmt.Errorf("live: %w", err)
+		}
+		s.feed, s.own = feed, true
+	} else if s.feed.PartitionCount() != cfg.PartitionCount {
+		return nil, fmt.Errorf("live: the changelog feed follows %d partitions, not %d", s.feed.PartitionCount(), cfg.PartitionCount)
+	}
+	versions := cfg.Topics.Versions
+	s.feed.Subscribe(func(evs []changelog.Event, _ changelog.Positions) {
+		for _, ev := range evs {
+			s.hub.handle(ev, versions)
+		}
+	}, func(err error) {
+		s.stopErr = err
+		close(s.dead)
+	})
 	return s, nil
 }
 
-// Run follows the changelog and feeds the hub until ctx ends, then closes
-// every subscription with 1001 and returns.
+// Run runs the server's own changelog feed (without Config.Changelog) or
+// waits for the shared one until ctx ends, then closes every subscription
+// with 1001 and returns.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("live: Run called twice")
 	}
 	defer s.closeConns()
-	tail, err := changelog.New(changelog.Config{Kafka: s.cfg.Kafka, Topics: s.cfg.Topics, Partitions: s.cfg.Partitions,
-		PartitionCount: s.cfg.PartitionCount, Start: s.start, Rejected: true, RejectedPartitions: s.cfg.PartitionCount, Limits: s.cfg.Limits, Log: s.cfg.Log})
-	if err != nil {
-		return fmt.Errorf("live: %w", err)
-	}
-	s.tail.Store(tail)
-	defer tail.Close()
-	for {
-		evs, err := tail.Poll(ctx)
+	if s.own {
+		err := s.feed.Run(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("live: follow the changelog: %w", err)
+			return fmt.Errorf("live: %w", err)
 		}
-		for _, ev := range evs {
-			s.hub.handle(ev, s.cfg.Topics.Versions)
-		}
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-s.dead:
+		return fmt.Errorf("live: %w", s.stopErr)
 	}
 }
 
@@ -304,16 +329,15 @@ func (s *Server) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/projects/{org}/{project}/ws", s.handleWS)
 }
 
-// Ready reports whether the changelog tail runs and Kafka answers.
+// Ready reports whether the changelog feed runs and Kafka answers.
 func (s *Server) Ready(ctx context.Context) error {
-	t := s.tail.Load()
-	if t == nil {
-		return errors.New("live: the changelog tail has not started")
-	}
 	select {
 	case <-s.done:
 		return errors.New("live: stopped")
 	default:
 	}
-	return t.Client().Ping(ctx)
+	if err := s.feed.Ready(ctx); err != nil {
+		return fmt.Errorf("live: %w", err)
+	}
+	return nil
 }
