@@ -24,8 +24,8 @@ type outcome struct {
 
 	// next is the offset of canon.versions (in the mutation's partition)
 	// that a store must reach to hold the outcome: after the version that
-	// recorded it, or past the end offsets a duplicate was settled at; 0
-	// when the outcome is not in canon.versions.
+	// recorded it, or after the last version the watcher had read when it
+	// settled a duplicate; 0 when the outcome is not in canon.versions.
 	next int64
 }
 
@@ -77,6 +77,13 @@ type watcher struct {
 	// rejection the feed has not handed out yet or a duplicate, and is
 	// due a check at once.
 	decided map[int32]int64
+	// versionEnd is, per partition of canon.versions, the offset after
+	// the last version record the feed handed out: a store that reached
+	// it holds every outcome the watcher has seen there, which is where
+	// a duplicate's first decision is. (The feed's position can be past
+	// a commit marker, an offset no store reaches before the next
+	// transaction.)
+	versionEnd map[int32]int64
 	// read is, per topic and partition, the feed's position (the offset
 	// below which every committed record was handled), copied under mu
 	// with each batch of its events.
@@ -124,7 +131,8 @@ func newWatcher(cfg *Config) (*watcher, error) {
 		cfg: cfg, group: cfg.SequencerGroup, retain: 2 * time.Minute, dead: make(chan struct{}),
 		recheck: 20 * time.Millisecond, firstCheck: 100 * time.Millisecond, maxCheck: time.Second,
 		owners: map[groupKey]string{}, clients: map[groupKey]string{}, recent: map[position]outcome{}, waits: map[position][]*waiter{},
-		decided: map[int32]int64{},
+		decided:    map[int32]int64{},
+		versionEnd: map[int32]int64{},
 	}
 	w.topics.mutations, w.topics.versions, w.topics.rejected = cfg.Topics.Mutations, cfg.Topics.Versions, cfg.Topics.Rejected
 	w.feed = cfg.Changelog
@@ -283,6 +291,7 @@ func (w *watcher) event(ev *changelog.Event) {
 	switch {
 	case ev.Version != nil:
 		v := ev.Version
+		w.versionEnd[ev.Partition] = max(w.versionEnd[ev.Partition], ev.Offset+1)
 		for _, m := range v.Mutations {
 			if m.ClientGroup != "" && m.Principal != "" {
 				k := groupKey{v.Org, v.Project, m.ClientGroup}
@@ -506,7 +515,7 @@ func (w *watcher) settleDuplicates() {
 		for _, wt := range ws {
 			if wt.ends != nil && w.passed(w.topics.versions, pos.partition, wt.ends[0]) &&
 				w.passed(w.topics.rejected, pos.partition%w.rparts, wt.ends[1]) {
-				wt.done <- outcome{Outcome: wire.Outcome{Written: wire.Written{Partition: pos.partition, Offset: pos.offset}, Status: wire.OutcomeDuplicate}, next: wt.ends[0]}
+				wt.done <- outcome{Outcome: wire.Outcome{Written: wire.Written{Partition: pos.partition, Offset: pos.offset}, Status: wire.OutcomeDuplicate}, next: w.versionEnd[pos.partition]}
 				continue
 			}
 			keep = append(keep, wt)

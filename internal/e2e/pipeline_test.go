@@ -39,6 +39,11 @@ func startPipeline(t testing.TB, partitions int32, noSequencer ...bool) *pipelin
 // sequencer group filled in) and returns its URL.
 func (pl *pipeline) serveProducer(t testing.TB, cfg producer.Config) string {
 	t.Helper()
+	// ?wait=applied answers once the read API served here has the
+	// outcome, as canon serve's producer does with its store.
+	if cfg.Readable == nil {
+		cfg.Readable = pl.store.WaitApplied
+	}
 	p := pl.stack.NewProducer(cfg)
 	mux := http.NewServeMux()
 	p.Mount(mux)
