@@ -40,14 +40,7 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 
 	dstDir := filepath.Join(dir, "dst")
-	dst := openStore(t, nil, dstDir)
-	other := newProject(testOrg, projectIn(1, testPartitions, 0))
-	mustApply(t, dst, 1, other.next("main").put("c", "a", `{}`, `{"x":1}`).commit(), 5)
-	wantOther := scanPartition(t, dst, 1)
-	// An older copy of partition 0 from another changelog.
-	for _, b := range crashChangelog(rand.New(rand.NewPCG(8, 1)), 10) {
-		mustApply(t, dst, 0, b.recs, b.next)
-	}
+	dst, wantOther := divergedStore(t, dstDir)
 	ck, err := OpenCheckpoint(ckDir)
 	if err != nil {
 		t.Fatal(err)
@@ -57,34 +50,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if err != nil || got != off {
 		t.Fatalf("RestorePartition = %d, %v; want %d", got, err, off)
 	}
-	check := func(s *Store) {
-		t.Helper()
-		if d := diffScans(scanPartition(t, s, 0), want); d != "" {
-			t.Fatalf("restored partition 0 differs from the checkpointed one: %s", d)
-		}
-		if d := diffScans(scanPartition(t, s, 1), wantOther); d != "" {
-			t.Fatalf("partition 1 changed: %s", d)
-		}
-		if o, ok, err := s.Offset(0); err != nil || !ok || o != off {
-			t.Fatalf("Offset(0) = %d, %v, %v; want %d", o, ok, err, off)
-		}
-		if a, err := s.Applied(0); err != nil || a != off {
-			t.Fatalf("Applied(0) = %d, %v; want %d", a, err, off)
-		}
-	}
-	check(dst)
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	dst = openStore(t, nil, dstDir)
-	defer dst.Close()
-	check(dst)
-	for _, b := range batches[80:] {
-		mustApply(t, dst, 0, b.recs, b.next)
-	}
-	if d := diffScans(scanPartition(t, dst, 0), scanPartition(t, src, 0)); d != "" {
-		t.Fatalf("after the tail, the restored partition differs: %s", d)
-	}
+	checkMoved(t, dst, dstDir, src, want, wantOther, off, batches[80:], "restored")
 }
 
 // TestCheckpointWithoutPartition: a checkpoint of a partition the store
@@ -159,13 +125,7 @@ func TestExportIngest(t *testing.T) {
 	}
 
 	dstDir := filepath.Join(dir, "dst")
-	dst := openStore(t, nil, dstDir)
-	other := newProject(testOrg, projectIn(1, testPartitions, 0))
-	mustApply(t, dst, 1, other.next("main").put("c", "a", `{}`, `{"x":1}`).commit(), 5)
-	wantOther := scanPartition(t, dst, 1)
-	for _, b := range crashChangelog(rand.New(rand.NewPCG(8, 1)), 10) {
-		mustApply(t, dst, 0, b.recs, b.next)
-	}
+	dst, wantOther := divergedStore(t, dstDir)
 	before := scanPartition(t, dst, 0)
 
 	// Refused, nothing changed: another offset; a table of partition 1.
@@ -186,34 +146,7 @@ func TestExportIngest(t *testing.T) {
 	if err := dst.IngestPartition(ctx, 0, paths, off); err != nil {
 		t.Fatal(err)
 	}
-	check := func(s *Store) {
-		t.Helper()
-		if d := diffScans(scanPartition(t, s, 0), want); d != "" {
-			t.Fatalf("ingested partition 0 differs from the exported one: %s", d)
-		}
-		if d := diffScans(scanPartition(t, s, 1), wantOther); d != "" {
-			t.Fatalf("partition 1 changed: %s", d)
-		}
-		if o, ok, err := s.Offset(0); err != nil || !ok || o != off {
-			t.Fatalf("Offset(0) = %d, %v, %v; want %d", o, ok, err, off)
-		}
-		if a, err := s.Applied(0); err != nil || a != off {
-			t.Fatalf("Applied(0) = %d, %v; want %d", a, err, off)
-		}
-	}
-	check(dst)
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	dst = openStore(t, nil, dstDir)
-	defer dst.Close()
-	check(dst)
-	for _, b := range batches[80:] {
-		mustApply(t, dst, 0, b.recs, b.next)
-	}
-	if d := diffScans(scanPartition(t, dst, 0), scanPartition(t, src, 0)); d != "" {
-		t.Fatalf("after the tail, the ingested partition differs: %s", d)
-	}
+	checkMoved(t, dst, dstDir, src, want, wantOther, off, batches[80:], "ingested")
 }
 
 // TestExportTablesRepeat: tables depend on the partition's keys and
@@ -273,4 +206,55 @@ func smallTables(t *testing.T) {
 	minT, maxT, mask := exportMinTable, exportMaxTable, exportCutMask
 	exportMinTable, exportMaxTable, exportCutMask = 4<<10, 64<<10, 1<<4-1
 	t.Cleanup(func() { exportMinTable, exportMaxTable, exportCutMask = minT, maxT, mask })
+}
+
+// divergedStore opens a store at dir that holds data of partition 1 and
+// an older copy of partition 0 from another changelog, for a restore of
+// partition 0 to replace; wantOther is partition 1's data.
+func divergedStore(t *testing.T, dir string) (*Store, []kv) {
+	t.Helper()
+	dst := openStore(t, nil, dir)
+	other := newProject(testOrg, projectIn(1, testPartitions, 0))
+	mustApply(t, dst, 1, other.next("main").put("c", "a", `{}`, `{"x":1}`).commit(), 5)
+	wantOther := scanPartition(t, dst, 1)
+	for _, b := range crashChangelog(rand.New(rand.NewPCG(8, 1)), 10) {
+		mustApply(t, dst, 0, b.recs, b.next)
+	}
+	return dst, wantOther
+}
+
+// checkMoved checks a store (at dir) that received partition 0 from src
+// at offset off: partition 0 is want, partition 1 is untouched, the
+// offsets are off, and the same after a reopen; then tail applies on top
+// to what src holds. It closes dst.
+func checkMoved(t *testing.T, dst *Store, dir string, src *Store, want, wantOther []kv, off int64, tail []changelogBatch, how string) {
+	t.Helper()
+	check := func(s *Store) {
+		t.Helper()
+		if d := diffScans(scanPartition(t, s, 0), want); d != "" {
+			t.Fatalf("%s partition 0 differs from the source's: %s", how, d)
+		}
+		if d := diffScans(scanPartition(t, s, 1), wantOther); d != "" {
+			t.Fatalf("partition 1 changed: %s", d)
+		}
+		if o, ok, err := s.Offset(0); err != nil || !ok || o != off {
+			t.Fatalf("Offset(0) = %d, %v, %v; want %d", o, ok, err, off)
+		}
+		if a, err := s.Applied(0); err != nil || a != off {
+			t.Fatalf("Applied(0) = %d, %v; want %d", a, err, off)
+		}
+	}
+	check(dst)
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst = openStore(t, nil, dir)
+	defer dst.Close()
+	check(dst)
+	for _, b := range tail {
+		mustApply(t, dst, 0, b.recs, b.next)
+	}
+	if d := diffScans(scanPartition(t, dst, 0), scanPartition(t, src, 0)); d != "" {
+		t.Fatalf("after the tail, the %s partition differs: %s", how, d)
+	}
 }
