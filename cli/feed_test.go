@@ -13,10 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 
-	"github.com/canon-sync/canon/internal/auth"
 	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
@@ -35,19 +33,7 @@ func TestFeedAcrossATakeover(t *testing.T) {
 		t.Skip("runs canon serve against a real Kafka broker")
 	}
 	k := testenv.NewKafka(t)
-	keysPath := filepath.Join(t.TempDir(), "keys.json")
-	keys := auth.NewKeyset()
-	if err := keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := keys.Save(keysPath); err != nil {
-		t.Fatal(err)
-	}
-	token, err := keys.Issue(auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeWrite},
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:feed"}}, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	keysPath, token := keysAndToken(t, "user:feed")
 	prefix := k.Topic(t, "feed") + "."
 	serve := func(name string) *canonNode {
 		return startNode(t, name, "serve", "--brokers", strings.Join(k.Brokers, ","), "--topic-prefix", prefix,

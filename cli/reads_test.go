@@ -39,19 +39,7 @@ func TestReadsSeeWhatTheNodeAnnounced(t *testing.T) {
 		t.Skip("runs canon serve against a real Kafka broker")
 	}
 	k := testenv.NewKafka(t)
-	keysPath := filepath.Join(t.TempDir(), "keys.json")
-	keys := auth.NewKeyset()
-	if err := keys.Generate("k1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := keys.Save(keysPath); err != nil {
-		t.Fatal(err)
-	}
-	token, err := keys.Issue(auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeWrite},
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "user:reader"}}, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	keysPath, token := keysAndToken(t, "user:reader")
 
 	serve := func(t *testing.T, prefix, name string, args ...string) *canonNode {
 		args = append([]string{"serve", "--brokers", strings.Join(k.Brokers, ","), "--topic-prefix", prefix,
@@ -70,6 +58,26 @@ func TestReadsSeeWhatTheNodeAnnounced(t *testing.T) {
 		replica := serve(t, prefix, "replica", "--roles", "producer,readapi")
 		checkReads(t, seq, replica, token)
 	})
+}
+
+// keysAndToken writes a key file for canon serve's --keys and issues a
+// write token of acme's projects for subject with it.
+func keysAndToken(t *testing.T, subject string) (keysPath, token string) {
+	t.Helper()
+	keysPath = filepath.Join(t.TempDir(), "keys.json")
+	keys := auth.NewKeyset()
+	if err := keys.Generate("k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.Save(keysPath); err != nil {
+		t.Fatal(err)
+	}
+	token, err := keys.Issue(auth.Claims{Org: "acme", Projects: []string{"*"}, Scopes: []string{auth.ScopeWrite},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: subject}}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keysPath, token
 }
 
 // canonNode is a running `canon serve` with its HTTP address.
