@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/canon-sync/canon/client"
 	"github.com/canon-sync/canon/internal/canontest"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/schemas"
@@ -58,37 +57,19 @@ func TestFeedAcrossATakeover(t *testing.T) {
 		}
 	}
 
-	hc := &http.Client{Timeout: 90 * time.Second}
+	// No retries: a retried push would be a duplicate, not applied in
+	// its version.
+	cl := client.New(b.base, client.WithToken(token), client.WithRetries(0, 0),
+		client.WithHTTPClient(&http.Client{Timeout: 90 * time.Second}))
 	push := func(project string, id uint64) error {
-		body, err := json.Marshal(map[string]any{"clientGroup": "g-" + project, "mutations": []map[string]any{{"client": "c-" + project,
-			"id": id, "name": "item.put", "args": map[string]any{"collection": "t", "id": "x", "data": map[string]uint64{"n": id}}}}})
+		res, err := cl.Push(ctx, "acme", project, client.Push{ClientGroup: "g-" + project, Mutations: []client.Mutation{{Client: "c-" + project,
+			ID: id, Name: "item.put", Args: json.RawMessage(fmt.Sprintf(`{"collection":"t","id":"x","data":{"n":%d}}`, id))}}},
+			client.PushOptions{Wait: true, Timeout: 30 * time.Second})
 		if err != nil {
 			return err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/v1/projects/acme/"+project+"/push?wait=applied&timeout=30s", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		var pushed struct {
-			Outcomes []struct {
-				Status  string `json:"status"`
-				Version uint64 `json:"version"`
-			} `json:"outcomes"`
-		}
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &pushed) != nil ||
-			len(pushed.Outcomes) != 1 || pushed.Outcomes[0].Status != "applied" || pushed.Outcomes[0].Version != id {
-			return fmt.Errorf("push %d to %s: %d %s, want applied in version %d", id, project, resp.StatusCode, b, id)
+		if len(res.Outcomes) != 1 || res.Outcomes[0].Status != client.Applied || res.Outcomes[0].Version != id {
+			return fmt.Errorf("push %d to %s: %+v, want applied in version %d", id, project, res.Outcomes, id)
 		}
 		return nil
 	}
