@@ -21,14 +21,9 @@ import (
 // then applies on top to the same bytes as the store that never moved.
 func TestCheckpointRestore(t *testing.T) {
 	ctx := context.Background()
-	batches := crashChangelog(rand.New(rand.NewPCG(7, 1)), 120)
 	dir := t.TempDir()
-	src := openStore(t, nil, filepath.Join(dir, "src"))
+	src, batches, want := sourceStore(t, filepath.Join(dir, "src"))
 	defer src.Close()
-	for _, b := range batches[:80] {
-		mustApply(t, src, 0, b.recs, b.next)
-	}
-	want := scanPartition(t, src, 0)
 	ckDir := filepath.Join(dir, "ck")
 	off, ok, err := src.CheckpointPartition(0, ckDir)
 	if err != nil || !ok || off != batches[79].next {
@@ -105,14 +100,9 @@ func TestRestoreLeftoversRemoved(t *testing.T) {
 func TestExportIngest(t *testing.T) {
 	smallTables(t)
 	ctx := context.Background()
-	batches := crashChangelog(rand.New(rand.NewPCG(7, 1)), 120)
 	dir := t.TempDir()
-	src := openStore(t, nil, filepath.Join(dir, "src"))
+	src, batches, want := sourceStore(t, filepath.Join(dir, "src"))
 	defer src.Close()
-	for _, b := range batches[:80] {
-		mustApply(t, src, 0, b.recs, b.next)
-	}
-	want := scanPartition(t, src, 0)
 	paths, off, ok, err := src.ExportPartition(ctx, 0, filepath.Join(dir, "ex"))
 	if err != nil || !ok || off != batches[79].next {
 		t.Fatalf("ExportPartition = %d, %v, %v; want offset %d", off, ok, err, batches[79].next)
@@ -206,6 +196,19 @@ func smallTables(t *testing.T) {
 	minT, maxT, mask := exportMinTable, exportMaxTable, exportCutMask
 	exportMinTable, exportMaxTable, exportCutMask = 4<<10, 64<<10, 1<<4-1
 	t.Cleanup(func() { exportMinTable, exportMaxTable, exportCutMask = minT, maxT, mask })
+}
+
+// sourceStore opens a store at dir holding the first 80 of a changelog's
+// 120 batches of partition 0; want is that partition's data. The other
+// 40 are for the tail after a move.
+func sourceStore(t *testing.T, dir string) (*Store, []changelogBatch, []kv) {
+	t.Helper()
+	batches := crashChangelog(rand.New(rand.NewPCG(7, 1)), 120)
+	src := openStore(t, nil, dir)
+	for _, b := range batches[:80] {
+		mustApply(t, src, 0, b.recs, b.next)
+	}
+	return src, batches, scanPartition(t, src, 0)
 }
 
 // divergedStore opens a store at dir that holds data of partition 1 and
