@@ -120,6 +120,9 @@ type node struct {
 	topicPrefix string
 	// seq tunes the sequencer role; zero fields take its defaults.
 	seq sequencerTuning
+	// producerLinger is the producer role's Config.Linger (hidden
+	// --producer-linger).
+	producerLinger time.Duration
 	// mutators are what the sequencer role decides with: the built-ins
 	// and the application's (Options.Mutators).
 	mutators *model.Registry
@@ -219,7 +222,8 @@ type sequencerTuning struct {
 // address; nothing is served until run.
 func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaFlags, httpAddr, dataDir string) (*node, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	requests := kafka.NewRequestCounts()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), requests)
 	n := &node{
 		log:         log,
 		registry:    reg,
@@ -227,7 +231,7 @@ func newNode(ctx context.Context, log *slog.Logger, brokers []string, kf *kafkaF
 		mux:         http.NewServeMux(),
 		dataDir:     dataDir,
 		topicPrefix: kf.topicPrefix,
-		kcfg:        kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg},
+		kcfg:        kafka.ClientConfig{Brokers: brokers, ClientID: "canon-admin", Log: log, Registerer: reg, Requests: requests},
 	}
 	if err := kf.security.Apply(&n.kcfg); err != nil {
 		return nil, usageError{err}

@@ -26,6 +26,10 @@ type ClientConfig struct {
 	// Registerer gets the client's metrics through kprom, namespaced
 	// "canon_kafka" and labeled with ClientID; nil disables them.
 	Registerer prometheus.Registerer
+	// Requests, when set, counts the client's requests by kind under
+	// ClientID (RequestCounts); Aux keeps it, so helper clients are
+	// counted too, under their own ids.
+	Requests *RequestCounts
 
 	// TLS, when set, encrypts the connections, with the client's
 	// certificate when it has one (mTLS). SecurityConfig.Apply sets it.
@@ -72,6 +76,9 @@ func (c ClientConfig) Opts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(c.SASL))
 	}
 	opts = append(opts, c.Extra...)
+	if c.Requests != nil {
+		opts = append(opts, kgo.WithHooks(c.Requests.hook(c.ClientID)))
+	}
 	if c.Registerer != nil {
 		m := kprom.NewMetrics("canon_kafka",
 			kprom.Registerer(prometheus.WrapRegistererWith(prometheus.Labels{"client": c.ClientID}, c.Registerer)))
