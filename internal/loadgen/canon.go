@@ -199,28 +199,87 @@ func (p *canonProc) transactions(ctx context.Context) (txns, error) {
 	return txns{n: int(n), time: time.Duration(sec * float64(time.Second))}, nil
 }
 
+// requests are canon's Kafka requests so far (canon_kafka_requests_total)
+// by "client request"; empty for a build without the metric.
+func (p *canonProc) requests(ctx context.Context) (map[string]float64, error) {
+	const name = "canon_kafka_requests_total{"
+	out := map[string]float64{}
+	err := p.scrape(ctx, func(line string) bool {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			return true
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			return true
+		}
+		var client, request string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "client":
+				client = v
+			case "request":
+				request = v
+			}
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+			out[client+" "+request] += f
+		}
+		return true
+	})
+	return out, err
+}
+
 // metric reads one unlabelled counter or gauge from canon's /metrics.
 func (p *canonProc) metric(ctx context.Context, name string) (float64, error) {
+	var v float64
+	found := false
+	var perr error
+	err := p.scrape(ctx, func(line string) bool {
+		s, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			return true
+		}
+		v, perr = strconv.ParseFloat(strings.TrimSpace(s), 64)
+		found = true
+		return false
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case perr != nil:
+		return 0, perr
+	case !found:
+		return 0, fmt.Errorf("canon's /metrics has no %s", name)
+	}
+	return v, nil
+}
+
+// scrape reads canon's /metrics, a line at a time, until line returns
+// false.
+func (p *canonProc) scrape(ctx context.Context, line func(string) bool) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("read canon's metrics: %w", err)
+		return fmt.Errorf("read canon's metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !line(sc.Text()) {
+			return nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read canon's metrics: %w", err)
+		return fmt.Errorf("read canon's metrics: %w", err)
 	}
-	return 0, fmt.Errorf("canon's /metrics has no %s", name)
+	return nil
 }
 
 func tail(path string, n int) string {

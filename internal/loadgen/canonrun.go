@@ -46,6 +46,10 @@ type CanonResult struct {
 	// same span, TransactionTime their summed duration (its metrics).
 	Transactions    int
 	TransactionTime time.Duration
+	// Requests are canon's Kafka requests over the same span, by "client
+	// request" (canon_kafka_requests_total); empty for a build without
+	// that metric.
+	Requests map[string]float64
 
 	// samples are push → websocket latencies over time, for the plot.
 	samples []sample
@@ -263,6 +267,10 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	if err != nil {
 		return res, err
 	}
+	rq0, err := r.canon.requests(ctx)
+	if err != nil {
+		return res, err
+	}
 	peak := u0.rss
 	var peakMu sync.Mutex
 	sampleRSS := func() {
@@ -451,6 +459,16 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		return res, err
 	}
 	res.Transactions, res.TransactionTime = tx1.n-tx0.n, tx1.time-tx0.time
+	rq1, err := r.canon.requests(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Requests = map[string]float64{}
+	for k, n := range rq1 {
+		if d := n - rq0[k]; d > 0 {
+			res.Requests[k] = d
+		}
+	}
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}

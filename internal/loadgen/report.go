@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"io"
@@ -123,6 +124,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if c.Transactions > 0 {
 		fmt.Fprintf(&b, "| sequencer transactions; mutations per transaction; mean transaction (ms) | %d; %.2f; %s |\n",
 			c.Transactions, float64(c.Mutations)/float64(c.Transactions), ms(c.TransactionTime/time.Duration(c.Transactions)))
+	}
+	if len(c.Requests) > 0 {
+		fmt.Fprintf(&b, "| Kafka requests per mutation, by canon's client | %s |\n", requestsPer(c.Requests, c.Mutations))
 	}
 	fmt.Fprintf(&b, "| Go heap allocated per mutation (KiB) | %.1f |\n", per(c.Allocated)/1024)
 	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f |\n", float64(c.PeakRSS)/(1<<20))
@@ -266,4 +270,38 @@ func (r *Report) SavePlot(path string) error {
 		return fmt.Errorf("save the plot: %w", err)
 	}
 	return nil
+}
+
+// requestsPer lists the requests per mutation by client and kind, the
+// most frequent first, those under 0.01 per mutation left out, with the
+// total.
+func requestsPer(reqs map[string]float64, mutations int) string {
+	if mutations == 0 {
+		return ""
+	}
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	total := 0.0
+	for k, n := range reqs {
+		v := n / float64(mutations)
+		total += v
+		if v >= 0.01 {
+			all = append(all, kv{k, v})
+		}
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if a.v != b.v {
+			return cmp.Compare(b.v, a.v)
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	parts := make([]string, 0, len(all)+1)
+	for _, e := range all {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
+	}
+	parts = append(parts, fmt.Sprintf("total %.2f", total))
+	return strings.Join(parts, "; ")
 }
