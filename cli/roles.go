@@ -386,6 +386,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		Readable:       readable,
 		CheckBundle:    checkBundle(n.bundleOpts),
 		Inflight:       inflight,
+		Linger:         n.producerLinger,
 	})
 }
 

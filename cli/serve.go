@@ -31,6 +31,9 @@ type serveFlags struct {
 	ckpt       checkpointFlags
 	// corsOrigins is --cors-origins.
 	corsOrigins []string
+	// producerLinger is the hidden --producer-linger
+	// (producer.Config.Linger).
+	producerLinger time.Duration
 }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
@@ -90,6 +93,8 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().DurationVar(&f.seq.linger, "sequencer-linger", 0, "producer linger of the sequencer's transactions (0: the sequencer's default)")
 	_ = cmd.Flags().MarkHidden("push-wait")
 	_ = cmd.Flags().MarkHidden("sequencer-linger")
+	cmd.Flags().DurationVar(&f.producerLinger, "producer-linger", 0, "producer linger of the pushes' records (0: none, the producer's default)")
+	_ = cmd.Flags().MarkHidden("producer-linger")
 	_ = cmd.Flags().MarkHidden("gather-fresh")
 	_ = cmd.Flags().MarkHidden("session-timeout")
 	_ = cmd.Flags().MarkHidden("transaction-timeout")
@@ -136,6 +141,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 		n.keysPath, n.keysReload = f.keys, f.keysReload
 	}
 	n.seq = f.seq
+	n.producerLinger = f.producerLinger
 	n.checkpoints = &f.ckpt
 	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
 		return usageError{err}
