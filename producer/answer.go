@@ -7,10 +7,10 @@ import (
 	"github.com/canon-sync/canon/wire"
 )
 
-// writePushResponse writes the answer to a push without outcomes (the one
-// of every push that does not wait) as writeJSON does, with its length.
+// writePushResponse writes the answer to a push, with its outcomes when
+// it waited, as writeJSON does, with its length.
 func writePushResponse(w http.ResponseWriter, status int, resp *wire.PushResponse) {
-	b := wire.AppendPushResponse(make([]byte, 0, wire.PushResponseSize(len(resp.Mutations))), resp)
+	b := wire.AppendPushResponse(make([]byte, 0, wire.PushResponseSize(len(resp.Mutations), len(resp.Outcomes) > 0)), resp)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	// The length lets the client size its buffer, and spares chunking.

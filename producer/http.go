@@ -70,7 +70,7 @@ func (p *Producer) handlePush(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusAccepted
 		}
 	}
-	writeJSON(w, status, resp)
+	writePushResponse(w, status, &resp)
 }
 
 // waitReadable waits until the node's read API serves the outcomes

@@ -330,37 +330,85 @@ func jsonKind(goType string) string {
 }
 
 // AppendPushResponse appends the answer to a push as a json.Encoder
-// writes it, the final newline included. The answer without outcomes,
-// the one of every push that does not wait, is written without
-// reflection.
+// writes it, the final newline included, without reflection: the answer
+// of every push, with its outcomes when it waited (?wait=applied). Only
+// a response without Mutations (nil, which no handler answers) goes
+// through encoding/json.
 func AppendPushResponse(b []byte, resp *PushResponse) []byte {
-	if resp.Mutations == nil || len(resp.Outcomes) > 0 {
+	if resp.Mutations == nil {
 		buf := bytes.NewBuffer(b)
 		_ = json.NewEncoder(buf).Encode(resp) // strings and numbers only: it does not fail
 		return buf.Bytes()
 	}
 	b = append(b, `{"mutations":[`...)
 	for i := range resp.Mutations {
-		m := &resp.Mutations[i]
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"client":`...)
-		b = appendString(b, m.Client)
-		b = append(b, `,"id":`...)
-		b = strconv.AppendUint(b, m.ID, 10)
-		b = append(b, `,"partition":`...)
-		b = strconv.AppendInt(b, int64(m.Partition), 10)
-		b = append(b, `,"offset":`...)
-		b = strconv.AppendInt(b, m.Offset, 10)
+		b = appendWritten(append(b, '{'), &resp.Mutations[i])
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	b = append(b, ']')
+	if len(resp.Outcomes) > 0 {
+		b = append(b, `,"outcomes":[`...)
+		for i := range resp.Outcomes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendOutcome(b, &resp.Outcomes[i])
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
+}
+
+// appendWritten appends the members of w, as encoding/json writes them.
+func appendWritten(b []byte, w *Written) []byte {
+	b = append(b, `"client":`...)
+	b = appendString(b, w.Client)
+	b = append(b, `,"id":`...)
+	b = strconv.AppendUint(b, w.ID, 10)
+	b = append(b, `,"partition":`...)
+	b = strconv.AppendInt(b, int64(w.Partition), 10)
+	b = append(b, `,"offset":`...)
+	return strconv.AppendInt(b, w.Offset, 10)
+}
+
+// appendOutcome appends o as encoding/json writes it: its members in
+// declaration order, the omitempty ones only when set.
+func appendOutcome(b []byte, o *Outcome) []byte {
+	b = appendWritten(append(b, '{'), &o.Written)
+	b = append(b, `,"status":`...)
+	b = appendString(b, o.Status)
+	str := func(b []byte, name, v string) []byte {
+		if v == "" {
+			return b
+		}
+		b = append(append(append(b, `,"`...), name...), `":`...)
+		return appendString(b, v)
+	}
+	b = str(b, "branch", o.Branch)
+	if o.Version != 0 {
+		b = strconv.AppendUint(append(b, `,"version":`...), o.Version, 10)
+	}
+	b = str(b, "error", o.Error)
+	b = str(b, "code", o.Code)
+	b = str(b, "reason", o.Reason)
+	b = str(b, "message", o.Message)
+	if o.ExpectedID != 0 {
+		b = strconv.AppendUint(append(b, `,"expectedId":`...), o.ExpectedID, 10)
+	}
+	return append(b, '}')
 }
 
 // PushResponseSize is a size of buffer that holds the answer to a push
-// of n mutations without outcomes, most of the time.
-func PushResponseSize(n int) int { return 32 + 64*n }
+// of n mutations, with outcomes when outcomes is set, most of the time.
+func PushResponseSize(n int, outcomes bool) int {
+	if outcomes {
+		return 48 + 192*n
+	}
+	return 32 + 64*n
+}
 
 // DecodePushResponse decodes the answer to a push as json.Unmarshal(data,
 // r) does. The answer without outcomes, the one of every push that does
