@@ -120,9 +120,11 @@ type node struct {
 	topicPrefix string
 	// seq tunes the sequencer role; zero fields take its defaults.
 	seq sequencerTuning
-	// producerLinger is the producer role's Config.Linger (hidden
-	// --producer-linger).
+	// producerLinger and producerDirect are the producer role's
+	// Config.Linger and DirectProduce (hidden --producer-linger,
+	// --producer-direct).
 	producerLinger time.Duration
+	producerDirect bool
 	// mutators are what the sequencer role decides with: the built-ins
 	// and the application's (Options.Mutators).
 	mutators *model.Registry

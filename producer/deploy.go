@@ -181,8 +181,7 @@ func (p *Producer) produceDeploy(ctx context.Context, d *schemas.Deploy, value [
 			recs = append(recs, &kgo.Record{Key: key, Value: value, Headers: headers, Partition: i, Context: orgDeploy})
 		}
 	}
-	results := p.cl.ProduceSync(ctx, recs...)
-	if err := results.FirstErr(); err != nil {
+	if err := p.send(ctx, recs); err != nil {
 		return nil, err
 	}
 	out := make([]wire.DeployedRecord, len(recs))

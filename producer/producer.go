@@ -68,10 +68,17 @@ type Config struct {
 	// request over it gets 429 with Retry-After. Default 1000/s, burst 5000.
 	Rate  float64
 	Burst int
-	// Linger is the producer linger; default none: a batch is sent at
-	// once, and records gather while a request is in flight. A linger of
-	// a few milliseconds trades push latency for fewer, larger produce
-	// requests (BenchmarkIngest measured no throughput difference).
+	// DirectProduce has every push produce its records at once, as a
+	// request of its own while fewer than five are in flight to the
+	// broker. By default concurrent pushes share produce requests: one
+	// round of records is in flight at a time, and what arrives meanwhile
+	// goes out together once it is acknowledged (rounds.go). Kept to
+	// measure one against the other (docs/performance.md).
+	DirectProduce bool
+	// Linger is the producer linger of DirectProduce; default none: a
+	// batch is sent at once. A linger of a few milliseconds trades push
+	// latency for fewer, larger produce requests. Without DirectProduce
+	// it must be 0.
 	Linger time.Duration
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement; default 10s.
 	ProduceTimeout time.Duration
@@ -174,6 +181,9 @@ func (c *Config) Validate() error {
 	if c.Linger < 0 || c.Linger > time.Second {
 		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 (none, the default) to 1s", c.Linger))
 	}
+	if c.Linger != 0 && !c.DirectProduce {
+		errs = append(errs, fmt.Errorf("producer: linger %v applies to direct produce only: set DirectProduce too, or use 0", c.Linger))
+	}
 	if n := c.Inflight.Partitions(); c.Inflight != nil && c.Partitions > 0 && n != c.Partitions {
 		errs = append(errs, fmt.Errorf("producer: Inflight counts %d partitions but Partitions is %d: make it with kafka.NewInflight(%d)", n, c.Partitions, c.Partitions))
 	}
@@ -188,8 +198,11 @@ func (c *Config) Validate() error {
 // push with ?wait=applied is answered 503 with a Retry-After, before
 // anything is written, and Ready reports it.
 type Producer struct {
-	cfg     Config
-	cl      *kgo.Client
+	cfg Config
+	cl  *kgo.Client
+	// rounds shares produce requests between pushes; nil with
+	// Config.DirectProduce.
+	rounds  *rounds
 	limiter *limiter
 	m       *metrics
 	// watch follows the changelog once Run started it; nil when
@@ -210,6 +223,10 @@ func New(cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.DirectProduce {
+		// Rounds flush by hand (rounds.go).
+		opts = append(opts, kgo.ManualFlushing())
+	}
 	cl, err := kgo.NewClient(append(opts,
 		kgo.DefaultProduceTopic(cfg.Topics.Mutations),
 		// Idempotent (franz-go's default) with acks=all: a retried batch is
@@ -226,6 +243,9 @@ func New(cfg Config) (*Producer, error) {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
 	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
+	if !cfg.DirectProduce {
+		p.rounds = &rounds{cl: cl}
+	}
 	if cfg.Partitions > 0 {
 		if p.watch, err = newWatcher(&p.cfg); err != nil {
 			cl.Close()
@@ -322,8 +342,7 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 		part = schemas.Partition(key, n)
 		p.cfg.Inflight.Writing(part, len(recs))
 	}
-	results := p.cl.ProduceSync(ctx, recs...)
-	err := results.FirstErr()
+	err := p.send(ctx, recs)
 	if part >= 0 {
 		end := int64(0)
 		if last := recs[len(recs)-1]; err == nil && last.Partition == part {
@@ -339,4 +358,14 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 		out[i] = wire.Written{Client: ms[i].Client, ID: ms[i].ID, Partition: r.Partition, Offset: r.Offset}
 	}
 	return out, nil
+}
+
+// send produces recs and waits for Kafka's acknowledgements: in a round
+// shared with concurrent pushes, or at once with Config.DirectProduce.
+// It returns the first record's error.
+func (p *Producer) send(ctx context.Context, recs []*kgo.Record) error {
+	if p.rounds != nil {
+		return p.rounds.produce(ctx, recs)
+	}
+	return p.cl.ProduceSync(ctx, recs...).FirstErr()
 }
