@@ -28,13 +28,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes    = 4 << 20
-	DefaultMaxBatch        = 1000
-	DefaultRate            = 1000 // mutations per second per principal
-	DefaultBurst           = 5000
-	DefaultProduceTimeout  = 10 * time.Second
-	DefaultWait            = 10 * time.Second
-	DefaultMaxWait         = 30 * time.Second
+	DefaultMaxBodyBytes   = 4 << 20
+	DefaultMaxBatch       = 1000
+	DefaultRate           = 1000 // mutations per second per principal
+	DefaultBurst          = 5000
+	DefaultProduceTimeout = 10 * time.Second
+	DefaultWait           = 10 * time.Second
+	DefaultMaxWait        = 30 * time.Second
+	// DefaultRoundRecords bounds the records of pushes that share a
+	// produce round (more when MaxBatch is larger).
+	DefaultRoundRecords    = 5000
 	defaultMaxReplicacheID = 128
 )
 
@@ -223,9 +226,13 @@ func New(cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A round's records are buffered at once: room for the largest
+	// push besides a round's worth (rounds.go).
+	roundLimit := max(DefaultRoundRecords, cfg.MaxBatch)
 	if !cfg.DirectProduce {
-		// Rounds flush by hand (rounds.go).
-		opts = append(opts, kgo.ManualFlushing())
+		// Rounds flush by hand, and a producer that flushes by hand
+		// refuses records beyond its buffer instead of waiting.
+		opts = append(opts, kgo.ManualFlushing(), kgo.MaxBufferedRecords(2*roundLimit))
 	}
 	cl, err := kgo.NewClient(append(opts,
 		kgo.DefaultProduceTopic(cfg.Topics.Mutations),
@@ -244,7 +251,7 @@ func New(cfg Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
 	if !cfg.DirectProduce {
-		p.rounds = &rounds{cl: cl}
+		p.rounds = &rounds{cl: cl, limit: roundLimit}
 	}
 	if cfg.Partitions > 0 {
 		if p.watch, err = newWatcher(&p.cfg); err != nil {

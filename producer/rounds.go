@@ -22,6 +22,11 @@ import (
 // round or a later one.
 type rounds struct {
 	cl *kgo.Client
+	// limit bounds the records of a round, which the client buffers at
+	// once: at most the client's MaxBufferedRecords, and at least the
+	// records of any one push. A round holds at least one push, and more
+	// while they fit.
+	limit int
 
 	mu sync.Mutex
 	// waiting are the pushes that arrived while a round was in flight;
@@ -63,7 +68,13 @@ func (r *rounds) run(round []*roundPush) {
 	for {
 		r.send(round)
 		r.mu.Lock()
-		round, r.waiting = r.waiting, nil
+		n, records := 0, 0
+		for n < len(r.waiting) && (n == 0 || records+len(r.waiting[n].recs) <= r.limit) {
+			records += len(r.waiting[n].recs)
+			n++
+		}
+		round = append(round[:0], r.waiting[:n]...)
+		r.waiting = append(r.waiting[:0], r.waiting[n:]...)
 		if len(round) == 0 {
 			r.busy = false
 			r.mu.Unlock()

@@ -13,9 +13,20 @@ import (
 )
 
 // The pushes that arrive while a round is in flight go out together, in
-// one produce request, once it is acknowledged; each gets its own
-// offsets, in its order.
+// one produce request, once it is acknowledged, as many as fit the
+// round's limit; each gets its own offsets, in its order.
 func TestRoundsShareProduceRequests(t *testing.T) {
+	// 8 pushes of 3 records; 7 arrive while the first is in flight.
+	for _, tc := range []struct{ limit, requests int }{
+		{1000, 2}, // the first, then the 7 others together
+		{6, 5},    // the first, then 2, 2, 2 and 1
+		{1, 8},    // one push per round, whatever its size
+	} {
+		t.Run(fmt.Sprintf("limit %d", tc.limit), func(t *testing.T) { testRounds(t, tc.limit, tc.requests) })
+	}
+}
+
+func testRounds(t *testing.T, limit, requests int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "m"))
@@ -45,7 +56,7 @@ func TestRoundsShareProduceRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	r := &rounds{cl: cl}
+	r := &rounds{cl: cl, limit: limit}
 
 	const pushes, each = 8, 3
 	recs := make([][]*kgo.Record, pushes)
@@ -88,8 +99,8 @@ func TestRoundsShareProduceRequests(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if produces != 2 {
-		t.Errorf("%d pushes took %d produce requests, want 2: the first, and one for the %d that arrived while it was in flight", pushes, produces, pushes-1)
+	if produces != requests {
+		t.Errorf("%d pushes took %d produce requests, want %d (round limit %d records)", pushes, produces, requests, limit)
 	}
 }
 
@@ -107,7 +118,7 @@ func TestRoundsReportEachPushesError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	r := &rounds{cl: cl}
+	r := &rounds{cl: cl, limit: 1000}
 	gone, stop := context.WithCancel(ctx)
 	stop()
 	if err := r.produce(gone, []*kgo.Record{{Value: []byte("late")}}); err == nil {
