@@ -120,11 +120,11 @@ type node struct {
 	topicPrefix string
 	// seq tunes the sequencer role; zero fields take its defaults.
 	seq sequencerTuning
-	// producerLinger and producerDirect are the producer role's
-	// Config.Linger and DirectProduce (hidden --producer-linger,
-	// --producer-direct).
+	// producerLinger and producerRounds are the producer role's
+	// Config.Linger and ProduceRounds (hidden --producer-linger,
+	// --producer-rounds).
 	producerLinger time.Duration
-	producerDirect bool
+	producerRounds bool
 	// mutators are what the sequencer role decides with: the built-ins
 	// and the application's (Options.Mutators).
 	mutators *model.Registry

@@ -387,7 +387,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		CheckBundle:    checkBundle(n.bundleOpts),
 		Inflight:       inflight,
 		Linger:         n.producerLinger,
-		DirectProduce:  n.producerDirect,
+		ProduceRounds:  n.producerRounds,
 	})
 }
 

@@ -31,11 +31,11 @@ type serveFlags struct {
 	ckpt       checkpointFlags
 	// corsOrigins is --cors-origins.
 	corsOrigins []string
-	// producerLinger and producerDirect are the hidden
-	// --producer-linger and --producer-direct (producer.Config.Linger,
-	// DirectProduce).
+	// producerLinger and producerRounds are the hidden
+	// --producer-linger and --producer-rounds (producer.Config.Linger,
+	// ProduceRounds).
 	producerLinger time.Duration
-	producerDirect bool
+	producerRounds bool
 }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
@@ -95,10 +95,10 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().DurationVar(&f.seq.linger, "sequencer-linger", 0, "producer linger of the sequencer's transactions (0: the sequencer's default)")
 	_ = cmd.Flags().MarkHidden("push-wait")
 	_ = cmd.Flags().MarkHidden("sequencer-linger")
-	cmd.Flags().DurationVar(&f.producerLinger, "producer-linger", 0, "producer linger of the pushes' records, with --producer-direct (0: none, the producer's default)")
+	cmd.Flags().DurationVar(&f.producerLinger, "producer-linger", 0, "producer linger of the pushes' records, without --producer-rounds (0: none, the producer's default)")
 	_ = cmd.Flags().MarkHidden("producer-linger")
-	cmd.Flags().BoolVar(&f.producerDirect, "producer-direct", false, "every push produces its records at once, instead of in rounds shared by concurrent pushes")
-	_ = cmd.Flags().MarkHidden("producer-direct")
+	cmd.Flags().BoolVar(&f.producerRounds, "producer-rounds", false, "concurrent pushes share produce requests, one round in flight at a time")
+	_ = cmd.Flags().MarkHidden("producer-rounds")
 	_ = cmd.Flags().MarkHidden("gather-fresh")
 	_ = cmd.Flags().MarkHidden("session-timeout")
 	_ = cmd.Flags().MarkHidden("transaction-timeout")
@@ -145,7 +145,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 		n.keysPath, n.keysReload = f.keys, f.keysReload
 	}
 	n.seq = f.seq
-	n.producerLinger, n.producerDirect = f.producerLinger, f.producerDirect
+	n.producerLinger, n.producerRounds = f.producerLinger, f.producerRounds
 	n.checkpoints = &f.ckpt
 	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
 		return usageError{err}

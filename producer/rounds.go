@@ -7,7 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// rounds shares produce requests between concurrent pushes. The Kafka
+// rounds shares produce requests between concurrent pushes
+// (Config.ProduceRounds). The Kafka
 // client flushes by hand: one round of records is in flight at a time,
 // and the records of every push that arrives meanwhile wait for it to be
 // acknowledged and then go out together, in one produce request per
@@ -15,7 +16,7 @@ import (
 // allows five in flight per broker, so without this each push of a
 // closed loop was a request of its own). Under load a round holds what
 // arrived during one round trip to the broker; alone, a push goes out at
-// once, as before.
+// once. The price is one round in flight instead of five requests.
 //
 // Records keep their order: a push's records are handed to the client
 // in order, and a push that arrives after another goes out in the same
