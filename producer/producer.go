@@ -73,8 +73,8 @@ type Config struct {
 	Burst int
 	// ProduceRounds has concurrent pushes share produce requests: one
 	// round of records is in flight at a time, and what arrives meanwhile
-	// goes out together once it is acknowledged (rounds.go). It removes
-	// a fifth to a half of the pushes' produce requests, but measured no
+	// goes out together once it is acknowledged (rounds.go). It removed
+	// a fifth to two fifths of the pushes' produce requests, but measured no
 	// lower CPU per edit than the default (docs/performance.md), where
 	// every push produces its records at once, a request of its own while
 	// fewer than five are in flight to the broker. Kept to measure it on
