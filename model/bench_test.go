@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/canon-sync/canon/model"
@@ -69,5 +70,50 @@ func BenchmarkDecidePut100K(b *testing.B) {
 			b.Fatal(d.Kind, err)
 		}
 		dec.Reset()
+	}
+}
+
+// BenchmarkDecideLargeSplice decides item.splice mutations of a few
+// characters in a 300 KB body, one per batch (a Reset after each, once
+// the store holds it), as the mix's large splices reach the sequencer.
+// "nocache" is the Decider without its blob cache: it reads the body back
+// from the Reader and hashes every chunk of the new body.
+func BenchmarkDecideLargeSplice(b *testing.B) {
+	for _, cached := range []bool{false, true} {
+		name := "nocache"
+		if cached {
+			name = "cache"
+		}
+		b.Run(name, func(b *testing.B) {
+			state := modeltest.NewMemState()
+			dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
+			if !cached {
+				model.WithoutBlobCache(dec)
+			}
+			text := model.SampleText(300<<10, 11)
+			decide := func(id uint64, name string, args string) {
+				d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+					Org: testOrg, Project: testProject, Client: "c", ID: id, Name: name, Args: json.RawMessage(args),
+				}, Timestamp: testEpoch})
+				if err != nil || d.Kind != model.Applied {
+					b.Fatal(d.Kind, d.Message, err)
+				}
+				b.StopTimer()
+				if err := state.Apply(d.Version, d.Chunks); err != nil {
+					b.Fatal(err)
+				}
+				dec.Reset()
+				b.StartTimer()
+			}
+			decide(1, model.ItemPut, `{"collection":"docs","id":"d1","data":{"body":`+string(text)+`}}`)
+			n := len(text) - 2 // ASCII: bytes are UTF-16 code units
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			id := uint64(1)
+			for b.Loop() {
+				id++
+				decide(id, model.ItemSplice, fmt.Sprintf(`{"collection":"docs","id":"d1","path":"/body","index":%d,"delete":3,"insert":"edit"}`, int(id*7919)%(n-4)))
+			}
+		})
 	}
 }

@@ -113,8 +113,14 @@ func firstUnit(r rune) rune {
 // form so, the others as \u00xx; every other character as it is. s is
 // valid UTF-8.
 func appendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	return append(appendEscaped(dst, s), '"')
+}
+
+// appendEscaped appends the inside of appendString's string: s without
+// the quotes.
+func appendEscaped(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '"', '\\':
@@ -137,7 +143,7 @@ func appendString(dst []byte, s string) []byte {
 			}
 		}
 	}
-	return append(dst, '"')
+	return dst
 }
 
 // maxQuickDepth bounds the nesting that isCanonical walks; deeper text

@@ -44,6 +44,11 @@ type Decider struct {
 	// spare holds the overlay's branch states after a Reset, emptied, for
 	// the next batch to reuse with their maps and slices.
 	spare []*branchState
+
+	// blobs are large bodies and the hashes of their chunks, kept across
+	// Resets: the next edit of a large body neither reads it back nor
+	// hashes its unchanged chunks again.
+	blobs *blobCache
 }
 
 type branchKey struct{ org, project, branch string }
@@ -116,6 +121,7 @@ func NewDecider(r Reader, reg *Registry, limits schemas.Limits) *Decider {
 		limits:   limits,
 		branches: make(map[branchKey]*branchState),
 		projects: make(map[projectKey]*projectState),
+		blobs:    newBlobCache(),
 	}
 }
 
@@ -401,14 +407,12 @@ func (d *Decider) chunkItem(k branchKey, ps *projectState, st *itemState, out *[
 		parts = [][]byte{st.body} // SplitBody's answer, without its allocation
 	} else {
 		parts = SplitBody(st.body)
+		// The next edit of this body reads it from here.
+		d.blobs.addBody(st.hash, st.body)
 	}
-	hashes := make([]string, len(parts))
+	hashes := d.blobs.chunkHashes(st.body, st.hash, parts)
 	for i, p := range parts {
-		h := st.hash // a one-chunk body is its own chunk
-		if len(parts) > 1 {
-			h = BodyHash(p)
-		}
-		hashes[i] = h
+		h := hashes[i]
 		if _, ok := ps.chunks[h]; ok || pending(*out, h) {
 			continue
 		}
@@ -523,14 +527,12 @@ func (d *Decider) storeArgs(k branchKey, args json.RawMessage, out []schemas.Chu
 	ps := d.project(k)
 	hash := BodyHash(args)
 	parts := SplitBody(args)
-	ref := &schemas.BlobRef{Hash: hash, Size: int64(len(args)), Chunks: make([]string, len(parts))}
+	// Args that carry a large body share most of its chunks, whose hashes
+	// chunkItem just computed.
+	ref := &schemas.BlobRef{Hash: hash, Size: int64(len(args)), Chunks: d.blobs.chunkHashes(args, hash, parts)}
 	out = slices.Clip(out)
 	for i, p := range parts {
-		h := hash // a one-chunk blob is its own chunk
-		if len(parts) > 1 {
-			h = BodyHash(p)
-		}
-		ref.Chunks[i] = h
+		h := ref.Chunks[i]
 		if _, ok := ps.chunks[h]; ok || pending(out, h) {
 			continue
 		}

@@ -6,3 +6,10 @@ var (
 	ErrTxDone  = errTxDone
 	SampleText = testText
 )
+
+// WithoutBlobCache makes a Decider keep no large bodies or chunk hashes
+// across Resets, as it did before it had a cache (benchmarks compare).
+func WithoutBlobCache(d *Decider) { d.blobs = nil }
+
+// SetBlobCacheLimit bounds the bytes a Decider keeps of large bodies.
+func SetBlobCacheLimit(d *Decider, n int) { d.blobs.limit = n }

@@ -78,14 +78,140 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 	if target[0] != '"' {
 		return nil, fmt.Errorf("%s: the target is %s, not a string", where, jsonKind(target))
 	}
-	spliced, err := spliceUTF16(decodeString(target), index, del, insert)
+	if utf8.ValidString(insert) {
+		// The edit is made in the text as it is written: the string is
+		// neither decoded nor encoded again, and the document is copied
+		// once. A large body spliced a few characters costs one pass over
+		// the string and one copy.
+		from, to, ok, err := spliceOffsets(target, index, del)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if ok {
+			out := make([]byte, 0, len(doc)-(to-from)+len(insert)+16)
+			out = append(out, doc[:start+from]...)
+			out = appendEscaped(out, insert)
+			return append(out, doc[start+to:]...), nil
+		}
+	}
+	return spliceDecoded(doc, start, end, index, del, insert, where)
+}
+
+// spliceDecoded splices the string doc[start:end] by decoding it and
+// encoding the result: for the text spliceOffsets does not walk.
+func spliceDecoded(doc []byte, start, end int, index, del int64, insert, where string) ([]byte, error) {
+	spliced, err := spliceUTF16(decodeString(doc[start:end]), index, del, insert)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	out := make([]byte, 0, len(doc)-len(target)+len(spliced)+16)
+	out := make([]byte, 0, len(doc)-(end-start)+len(spliced)+16)
 	out = append(out, doc[:start]...)
 	out = appendString(out, spliced)
 	return append(out, doc[end:]...), nil
+}
+
+// spliceOffsets is spliceUTF16 on a canonical JSON string as it is
+// written (q, quotes included): it returns the byte offsets in q of the
+// UTF-16 offsets index and index+del, and the same errors as spliceUTF16.
+// An escape counts as the one character it stands for. ok is false, with
+// no error, for text that is not written as Canonical writes strings
+// (invalid UTF-8, an escape jcs does not write): the caller then decodes
+// the string.
+func spliceOffsets(q []byte, index, del int64) (from, to int, ok bool, err error) {
+	if index < 0 || del < 0 {
+		return 0, 0, true, fmt.Errorf("index and delete must not be negative")
+	}
+	n := len(q) - 1 // the closing quote
+	if n < 1 || q[0] != '"' || q[n] != '"' {
+		return 0, 0, false, nil
+	}
+	last := index + del
+	from, to = -1, -1
+	cutAt := [2]bool{} // index, index+del inside a surrogate pair
+	var u int64        // UTF-16 offset of the character at byte i
+	for i := 1; i < n; {
+		if u == index {
+			from = i
+		}
+		if u == last {
+			to = i
+			break
+		}
+		size, w := 1, int64(1)
+		switch c := q[i]; {
+		case c == '\\':
+			size = escapeSize(q[i:n])
+			if size == 0 {
+				return 0, 0, false, nil
+			}
+		case c < 0x20 || c == '"':
+			return 0, 0, false, nil
+		case c >= utf8.RuneSelf:
+			r, sz := utf8.DecodeRune(q[i:n])
+			if r == utf8.RuneError && sz <= 1 {
+				return 0, 0, false, nil
+			}
+			size = sz
+			if r >= 0x10000 {
+				w = 2
+			}
+		}
+		if u < index && index < u+w {
+			cutAt[0] = true
+		}
+		if u < last && last < u+w {
+			cutAt[1] = true
+		}
+		u += w
+		i += size
+	}
+	if to < 0 {
+		// The walk reached the end of the string, whose length is now
+		// known.
+		if index > u {
+			return 0, 0, true, fmt.Errorf("index %d is out of range: the string is %d UTF-16 code units long", index, u)
+		}
+		if del > u-index {
+			return 0, 0, true, fmt.Errorf("deleting %d UTF-16 code units at index %d runs past the end of the string (%d code units long)", del, index, u)
+		}
+		if from < 0 {
+			from = n
+		}
+		to = n
+	}
+	for i, p := range [2]int64{index, last} {
+		if cutAt[i] {
+			return 0, 0, true, fmt.Errorf("UTF-16 offset %d falls inside a surrogate pair (a character outside the BMP counts 2)", p)
+		}
+	}
+	return from, to, true, nil
+}
+
+// escapeSize is the length of the escape at the start of b if it is one
+// that appendString writes (a control character, '"' or '\\'), else 0.
+func escapeSize(b []byte) int {
+	if len(b) < 2 {
+		return 0
+	}
+	switch b[1] {
+	case '"', '\\', 'b', 'f', 'n', 'r', 't':
+		return 2
+	case 'u':
+		if len(b) < 6 || b[2] != '0' || b[3] != '0' || (b[4] != '0' && b[4] != '1') {
+			return 0
+		}
+		switch h := b[5]; {
+		case h >= '0' && h <= '9', h >= 'a' && h <= 'f':
+		default:
+			return 0
+		}
+		switch string(b[4:6]) {
+		case "08", "09", "0a", "0c", "0d": // written \b \t \n \f \r
+			return 0
+		}
+		return 6
+	}
+	return 0
 }
 
 // spliceUTF16 deletes del UTF-16 code units of s at index and inserts ins

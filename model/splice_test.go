@@ -154,6 +154,26 @@ func FuzzSpliceJSON(f *testing.F) {
 	})
 }
 
+// TestSpliceJSONInPlaceMatchesDecoded checks the in-place splice against
+// the decoded one at every index and length of a string with escapes,
+// multi-byte characters and surrogate pairs, errors included.
+func TestSpliceJSONInPlaceMatchesDecoded(t *testing.T) {
+	text := "a\"b\\c\n\u0001é🎉日\t"
+	doc := appendString(nil, text)
+	n := int64(len(utf16.Encode([]rune(text))))
+	for index := int64(-1); index <= n+1; index++ {
+		for del := int64(-1); del <= n+1-max(index, 0); del++ {
+			for _, ins := range []string{"", "x", "\"\n", "🎉", "\x01"} {
+				got, gerr := spliceJSON(doc, "", index, del, ins)
+				want, werr := spliceDecoded(doc, 0, len(doc), index, del, ins, "data")
+				if string(got) != string(want) || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+					t.Fatalf("splice(%s, %d, %d, %q) = %s, %v; decoded: %s, %v", doc, index, del, ins, got, gerr, want, werr)
+				}
+			}
+		}
+	}
+}
+
 // spliceUTF16 walks the text; spliceUTF16Converted converts it to UTF-16
 // and back, the plain reading of the definition. They must agree on every
 // splice, errors included.
@@ -201,6 +221,46 @@ func BenchmarkSpliceUTF16LargeText(b *testing.B) {
 	b.Run("convert", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := spliceUTF16Converted(s, 150_000, 5, "edit"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkSpliceJSONLargeBody splices a few characters into the middle
+// of a 330 KB string member, as the mix's large splices do: "inplace" is
+// spliceJSON (the text edited as it is written), "decode" the string
+// decoded, spliced and encoded again (what spliceJSON did before, and
+// still does for text it does not walk).
+func BenchmarkSpliceJSONLargeBody(b *testing.B) {
+	text := strings.Repeat("lorem ipsum \"dolor\" sit amet,\n é 🎉 ", 10_000)
+	doc, err := Canonical(json.RawMessage(`{"body":` + string(appendString(nil, text)) + `}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	start, end := len(`{"body":`), len(doc)-1
+	want, err := spliceDecoded(doc, start, end, 150_000, 5, "edit", "data")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got, err := spliceJSON(doc, "/body", 150_000, 5, "edit"); err != nil || string(got) != string(want) {
+		b.Fatalf("the in-place splice differs from the decoded one (%v)", err)
+	}
+	b.Run("decode", func(b *testing.B) {
+		b.SetBytes(int64(len(doc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := spliceDecoded(doc, start, end, 150_000, 5, "edit", "data"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("inplace", func(b *testing.B) {
+		b.SetBytes(int64(len(doc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			got, err := spliceJSON(doc, "/body", 150_000, 5, "edit")
+			if err != nil || len(got) != len(want) {
 				b.Fatal(err)
 			}
 		}

@@ -285,6 +285,10 @@ func (t *tx) body(st *itemState) ([]byte, error) {
 	if st.body != nil {
 		return st.body, nil
 	}
+	if b := t.d.blobs.body(st.hash); b != nil {
+		st.body = b
+		return b, nil
+	}
 	b, err := t.d.r.Body(t.bs.key.org, t.bs.key.project, st.hash)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -295,6 +299,7 @@ func (t *tx) body(st *itemState) ([]byte, error) {
 		return nil, err
 	}
 	st.body = b
+	t.d.blobs.addBody(st.hash, b)
 	return b, nil
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -173,6 +174,8 @@ type applier struct {
 	lastIDs   map[lastIDID]uint64 // to write
 	chunks    map[blobID][]byte   // chunks of the call, checked against their hash
 	manifests map[blobID]manifest
+	// verified are the bodies the call checked, by first chunk.
+	verified map[blobID]*verifiedBody
 	// groups, groupClients and clients are the client groups, their
 	// clients and the clients' groups the call indexed (bindGroup).
 	groups       map[groupID]string
@@ -598,9 +601,32 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 	if known && m.size == e.size && slices.Equal(m.chunks, e.chunks) {
 		return nil
 	}
+	// A body that starts with the chunks of one checked before (the next
+	// version of an edited item) resumes its hash where they end: they
+	// are stored (chunks are only deleted with their partition, which
+	// forgets what was checked), and only the chunks from the first that
+	// differs are read and hashed.
 	h := sha256.New()
 	var size int64
-	for _, c := range e.chunks {
+	start := 0
+	vb := &verifiedBody{}
+	if len(e.chunks) < 2*hashStateEvery {
+		vb = nil // too short to be worth it
+	} else if prev := a.verifiedBody(blobID{org, project, e.chunks[0]}); prev != nil {
+		same := 0
+		for same < len(prev.chunks) && same < len(e.chunks) && prev.chunks[same] == e.chunks[same] {
+			same++
+		}
+		if n := same / hashStateEvery; n > 0 {
+			if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(prev.states[n-1]); err != nil {
+				return fmt.Errorf("resume the hash of body %x: %w", e.hash, err)
+			}
+			start, size = n*hashStateEvery, prev.sizes[n-1]
+			vb.states, vb.sizes = prev.states[:n:n], prev.sizes[:n:n]
+		}
+	}
+	for i := start; i < len(e.chunks); i++ {
+		c := e.chunks[i]
 		found, err := a.chunk(org, project, c, func(data []byte) {
 			h.Write(data)
 			size += int64(len(data))
@@ -611,6 +637,13 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 		if !found {
 			return fmt.Errorf("%w: chunk %x of body %x is neither stored nor in the records", ErrInvalid, c, e.hash)
 		}
+		if vb != nil && (i+1)%hashStateEvery == 0 {
+			st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+			if err != nil {
+				return fmt.Errorf("save the hash of body %x: %w", e.hash, err)
+			}
+			vb.states, vb.sizes = append(vb.states, st), append(vb.sizes, size)
+		}
 	}
 	if size != e.size {
 		return fmt.Errorf("%w: body %x: chunks make %d bytes, the record says %d", ErrInvalid, e.hash, size, e.size)
@@ -619,6 +652,10 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 	if h.Sum(sum[:0]); sum != e.hash {
 		return fmt.Errorf("%w: the chunks of body %x hash to %x", ErrInvalid, e.hash, sum)
 	}
+	if vb != nil {
+		vb.chunks = slices.Clone(e.chunks)
+		a.verified[blobID{org, project, e.chunks[0]}] = vb
+	}
 	if known {
 		return nil // another valid chunking of a known body
 	}
@@ -626,6 +663,28 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 	a.manifests[id] = m
 	a.k2 = appendManifestKey(a.k2[:0], a.p, org, project, e.hash)
 	return a.b.Set(a.k2, m.encode(), nil)
+}
+
+// verifiedBody is a body putManifest checked: its chunks and the SHA-256
+// state (and bytes hashed) after every hashStateEvery chunks. A body
+// that starts with the same chunks resumes its hash from there.
+type verifiedBody struct {
+	chunks [][32]byte
+	states [][]byte
+	sizes  []int64
+}
+
+// hashStateEvery is how many chunks (about 2 KiB each) separate the saved
+// hash states of a checked body: a state is some 100 bytes.
+const hashStateEvery = 4
+
+// verifiedBody returns the last body checked, by this call or a committed
+// one, whose first chunk is id's; nil if none is remembered.
+func (a *applier) verifiedBody(id blobID) *verifiedBody {
+	if vb := a.verified[id]; vb != nil {
+		return vb
+	}
+	return a.s.parts[a.p].verified[id]
 }
 
 // chunk calls fn with a chunk's bytes, from the call's records or the

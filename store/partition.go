@@ -24,6 +24,10 @@ type partitionState struct {
 	offsetFound bool // the partition has an offset
 	offsetKnown bool // offset and offsetFound are known
 
+	// verified are bodies Apply checked, by first chunk (see putManifest):
+	// the next version of an edited item resumes their hash.
+	verified map[blobID]*verifiedBody
+
 	// ap is reused by each Apply, so that its maps and buffers are.
 	ap applier
 
@@ -97,6 +101,10 @@ const (
 	maxRememberedItems = 1 << 16
 )
 
+// maxVerifiedBodies bounds the checked bodies a partition remembers (a
+// few KiB each: chunk hashes and hash states).
+const maxVerifiedBodies = 256
+
 // maxReusedEntries bounds the size of the maps an applier keeps for the
 // next Apply: a large replay's are dropped.
 const maxReusedEntries = 1 << 12
@@ -110,6 +118,7 @@ func (ps *partitionState) applier(s *Store, p int32, b *pebble.Batch, r pebble.R
 		a.lastIDs = make(map[lastIDID]uint64)
 		a.chunks = make(map[blobID][]byte)
 		a.manifests = make(map[blobID]manifest)
+		a.verified = make(map[blobID]*verifiedBody)
 		a.groups = make(map[groupID]string)
 		a.groupClients = make(map[groupClientID]struct{})
 		a.clients = make(map[clientID]string)
@@ -124,8 +133,8 @@ func (a *applier) reset() {
 	a.org, a.project = "", ""
 	a.source, a.sourceSet = 0, false
 	a.deploys = nil
-	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests)+len(a.groupClients) > maxReusedEntries {
-		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests = nil, nil, nil, nil, nil
+	if len(a.heads)+len(a.latest)+len(a.chunks)+len(a.manifests)+len(a.groupClients)+len(a.verified) > maxReusedEntries {
+		a.heads, a.latest, a.lastIDs, a.chunks, a.manifests, a.verified = nil, nil, nil, nil, nil, nil
 		a.groups, a.groupClients, a.clients = nil, nil, nil
 		return
 	}
@@ -137,6 +146,7 @@ func (a *applier) reset() {
 	clear(a.lastIDs)
 	clear(a.chunks)
 	clear(a.manifests)
+	clear(a.verified)
 }
 
 // committed remembers the heads and the offset after a's batch was
@@ -155,6 +165,12 @@ func (ps *partitionState) committed(a *applier, offset int64) {
 		remember(ps.latest, id, latestItem{exists: li.exists, digest: li.digest}, maxRememberedItems)
 	}
 	ps.offset, ps.offsetFound, ps.offsetKnown = offset, true, true
+	if len(a.verified) > 0 && ps.verified == nil {
+		ps.verified = make(map[blobID]*verifiedBody, len(a.verified))
+	}
+	for id, vb := range a.verified {
+		remember(ps.verified, id, vb, maxVerifiedBodies)
+	}
 	if len(a.chunks) > 0 {
 		ids := make([]blobID, 0, len(a.chunks))
 		for id := range a.chunks {
@@ -178,6 +194,6 @@ func remember[K comparable, V any](m map[K]V, k K, v V, max int) {
 // forget drops what the partition remembers: the next Apply reads the
 // database.
 func (ps *partitionState) forget() {
-	ps.heads, ps.latest = nil, nil
+	ps.heads, ps.latest, ps.verified = nil, nil, nil
 	ps.offset, ps.offsetFound, ps.offsetKnown = 0, false, false
 }

@@ -572,3 +572,84 @@ func TestHasChunkForgetsDroppedPartitions(t *testing.T) {
 		t.Fatalf("HasChunk after DropPartition = %v %v", ok, err)
 	}
 }
+
+// TestApplyResumesBodyHash edits a body of many chunks version after
+// version, in separate calls and in one: each new body starts with the
+// chunks of the one before, whose hash Apply resumes instead of reading
+// and hashing them again. Every body must read back, and a body whose
+// first chunks are known must still be refused when the rest do not make
+// its hash or are missing.
+func TestApplyResumesBodyHash(t *testing.T) {
+	name := projectIn(0, testPartitions, 0)
+	p := schemas.Partition(schemas.ProjectKey(testOrg, name), testPartitions)
+	pm := newProject(testOrg, name) // 16-byte chunks
+	s := newStore(t)
+	body := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 30)) // 84 chunks
+	edit := func(at int, text string) string {
+		copy(body[at:], text)
+		return string(body)
+	}
+	var next int64
+	apply := func(recs []Record) {
+		t.Helper()
+		next += 10
+		mustApply(t, s, p, recs, next)
+	}
+	check := func(want string) {
+		t.Helper()
+		got, err := s.Blob(testOrg, name, sha([]byte(want)))
+		if err != nil || string(got) != want {
+			t.Fatalf("body reads back as %.40q…, %v", got, err)
+		}
+	}
+	b := string(body)
+	apply(pm.next("main").put("c", "a", "", b).commit())
+	check(b)
+	for _, at := range []int{700, 300, 1300, 5} {
+		b = edit(at, "EDIT")
+		apply(pm.next("main").put("c", "a", "", b).commit())
+		check(b)
+	}
+	// Two edits in one call: the second resumes the first's hash.
+	b1 := edit(900, "ONE")
+	recs := pm.next("main").put("c", "a", "", b1).commit()
+	b2 := edit(1000, "TWO")
+	recs = append(recs, pm.next("main").put("c", "a", "", b2).commit()...)
+	apply(recs)
+	check(b1)
+	check(b2)
+
+	// A version whose body shares its first chunks with b2 but claims
+	// another hash, and one that names a chunk nobody stored after them.
+	good := pm.next("main").put("c", "a", "", edit(1100, "BAD")).commit()
+	forge := func(f func(c *schemas.ItemChange)) []Record {
+		out := slices.Clone(good)
+		v := *out[len(out)-1].Version
+		v.Items = slices.Clone(v.Items)
+		f(&v.Items[0])
+		out[len(out)-1] = Record{Version: &v}
+		return out
+	}
+	before := scanPartition(t, s, p)
+	for _, tc := range []struct {
+		name string
+		recs []Record
+		msg  string
+	}{
+		{"other hash", forge(func(c *schemas.ItemChange) { c.Hash = sha([]byte("something else")) }), "hash to"},
+		{"missing chunk", forge(func(c *schemas.ItemChange) {
+			c.Chunks = slices.Clone(c.Chunks)
+			c.Chunks[len(c.Chunks)-1] = sha([]byte("never stored"))
+		}), "neither stored nor in the records"},
+	} {
+		err := s.Apply(p, tc.recs, next+10)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
+			t.Fatalf("%s: err = %v, want ErrInvalid with %q", tc.name, err, tc.msg)
+		}
+		if d := diffScans(before, scanPartition(t, s, p)); d != "" {
+			t.Fatalf("%s: a refused Apply changed the store: %s", tc.name, d)
+		}
+	}
+	apply(good)
+	check(string(body))
+}

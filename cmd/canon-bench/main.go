@@ -63,7 +63,7 @@ func run() error {
 	fs.StringVar(&cfg.Canon, "canon", "bin/canon", "the canon binary to run (make build)")
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadMix, "mix: batches of the --mix kinds; edits: one field edit per push, waiting for applied, a websocket per document (no ClickHouse)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "pushes per second over all clients (0: as fast as they are answered)")
-	fs.DurationVar(&cfg.Profile, "profile", 0, "record a CPU profile of canon this long from the start of the pushes (canon.cpu.pprof in the run's directory)")
+	fs.DurationVar(&cfg.Profile, "profile", 0, "record a CPU profile and a profile of the Go heap allocations of canon this long from the start of the pushes (canon.cpu.pprof, canon.allocs.pprof in the run's directory)")
 	fs.IntVar(&runs, "runs", 1, "runs of each variant, interleaved; with more than one, a table of medians ends the output")
 	fs.Var(&variants, "variant", "NAME=FLAGS: a setting of canon serve to compare, FLAGS added to its command line (repeatable; default one variant without extra flags)")
 	fs.IntVar(&cfg.Projects, "projects", 4, "projects (documents) the clients write (client i writes project i mod N; with --workload edits and more projects than clients, projects i, i+clients, … in turn)")

@@ -158,17 +158,28 @@ func (p *canonProc) stat() (procfs.ProcStat, error) {
 
 // profile writes a CPU profile of d (canon runs with --pprof) to path.
 func (p *canonProc) profile(ctx context.Context, d time.Duration, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.base, max(1, int(d.Seconds()))), nil)
+	return p.pprof(ctx, "profile", "CPU", d, path)
+}
+
+// allocProfile writes the Go heap allocations of the next d to path: a
+// delta profile (alloc_space, alloc_objects) of what was allocated during
+// d, the same span as the CPU profile.
+func (p *canonProc) allocProfile(ctx context.Context, d time.Duration, path string) error {
+	return p.pprof(ctx, "allocs", "allocation", d, path)
+}
+
+func (p *canonProc) pprof(ctx context.Context, name, what string, d time.Duration, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", p.base, name, max(1, int(d.Seconds()))), nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("read canon's CPU profile: %w", err)
+		return fmt.Errorf("read canon's %s profile: %w", what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("read canon's CPU profile: %s", resp.Status)
+		return fmt.Errorf("read canon's %s profile: %s", what, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -176,7 +187,7 @@ func (p *canonProc) profile(ctx context.Context, d time.Duration, path string) e
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("read canon's CPU profile: %w", err)
+		return fmt.Errorf("read canon's %s profile: %w", what, err)
 	}
 	return f.Close()
 }

@@ -305,17 +305,23 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	r.log.Info("pushing", "clients", cfg.Clients, "projects", cfg.Projects, "duration", cfg.Duration, "mutations per client", cfg.Mutations)
 	t.start = time.Now()
 	if cfg.Profile > 0 {
-		profDone := make(chan struct{})
-		defer func() { <-profDone }()
-		go func() {
-			defer close(profDone)
-			path := filepath.Join(r.dir, "canon.cpu.pprof")
-			if err := r.canon.profile(ctx, cfg.Profile, path); err != nil {
-				r.log.Warn("profile canon", "err", err)
-				return
-			}
-			r.log.Info("canon's CPU profile written", "path", path)
-		}()
+		var prof sync.WaitGroup
+		defer prof.Wait()
+		for _, p := range []struct {
+			file string
+			get  func(context.Context, time.Duration, string) error
+		}{{"canon.cpu.pprof", r.canon.profile}, {"canon.allocs.pprof", r.canon.allocProfile}} {
+			prof.Add(1)
+			go func() {
+				defer prof.Done()
+				path := filepath.Join(r.dir, p.file)
+				if err := p.get(ctx, cfg.Profile, path); err != nil {
+					r.log.Warn("profile canon", "err", err)
+					return
+				}
+				r.log.Info("canon's profile written", "path", path)
+			}()
+		}
 	}
 	res.pushes = make([][]pushed, cfg.Clients)
 	var (

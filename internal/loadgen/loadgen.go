@@ -61,7 +61,8 @@ type Config struct {
 	// CanonArgs are added to `canon serve`'s flags (to compare settings).
 	CanonArgs []string
 	// Profile, when set, records a CPU profile of canon of this length
-	// from the start of the pushes into Dir/canon.cpu.pprof.
+	// from the start of the pushes into Dir/canon.cpu.pprof, and the Go
+	// heap allocations of the same span into Dir/canon.allocs.pprof.
 	Profile time.Duration
 
 	// Clients push concurrently (8); with no more projects than clients,

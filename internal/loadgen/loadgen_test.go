@@ -42,9 +42,15 @@ func TestRunSmall(t *testing.T) {
 		// Enough large puts and splices to happen in 60 mutations.
 		Mix:        Mix{Put: 30, Patch: 20, Splice: 20, LargeSplice: 20, LargePut: 10},
 		Partitions: 3, Dir: dir,
+		Profile: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range []string{"canon.cpu.pprof", "canon.allocs.pprof"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s: %v (want a non-empty file)", f, err)
+		}
 	}
 	const total = clients * perClient
 	c, raw := rep.Canon, rep.Raw
