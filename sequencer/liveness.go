@@ -298,7 +298,6 @@ func (l *liveness) follow(ctx context.Context, adm *kgo.Client, peers []liveness
 			delete(l.watches, id)
 		}
 	}
-	l.s.m.livenessPeers.Set(float64(len(l.watches)))
 }
 
 // watch holds a connection to p until p says goodbye, dies, or the watch
@@ -324,7 +323,10 @@ func (l *liveness) watch(ctx context.Context, adm *kgo.Client, p livenessPeer) {
 			continue
 		}
 		start := time.Now()
-		switch l.hold(ctx, c) {
+		l.s.m.livenessPeers.Inc()
+		h := l.hold(ctx, c)
+		l.s.m.livenessPeers.Dec()
+		switch h {
 		case heldGoodbye:
 			l.log.Info("another instance stops deliberately", "instance", p.instance)
 			return

@@ -19,7 +19,8 @@ type metrics struct {
 	offsetBehind     prometheus.Counter
 	inputSkipped     prometheus.Counter
 	fenced           prometheus.Counter
-	// livenessPeers counts the other instances watched (liveness.go), and
+	// livenessPeers counts the other instances this one holds a liveness
+	// connection to (liveness.go), and
 	// livenessRemovals the dead ones removed from the group.
 	livenessPeers    prometheus.Gauge
 	livenessRemovals prometheus.Counter
@@ -107,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		livenessPeers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "liveness_peers",
-			Help: "Other instances of the group whose liveness address this instance watches.",
+			Help: "Other instances of the group this instance holds a liveness connection to (a kill of one is noticed at once).",
 		}),
 		livenessRemovals: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "liveness_removals_total",
