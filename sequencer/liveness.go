@@ -40,14 +40,15 @@ import (
 // commit input offsets for the generation it was in (KIP-447), the new
 // owner fences it at assignment (takeover.go), and the removed instance
 // rejoins. Bounds: an instance never removes itself (its instance id, its
-// member id, its own address), removes an instance only when the group
-// still lists it with the member id that was watched (a restarted
-// instance has a new one: the broker answers FENCED_INSTANCE_ID), at most
-// once per session timeout per instance, and never on a first dial that
-// fails (an address it cannot reach is logged, not acted on). The
-// listener reveals nothing (it writes only the goodbye, at a deliberate
-// stop) and accepts nothing (a connection that sends a byte is closed),
-// and holds at most maxLivenessConns connections.
+// member id, its own address), removes an instance only with the member
+// id it watched (a restarted instance has a new one: the broker answers
+// FENCED_INSTANCE_ID), at most once per session timeout per instance, and
+// only after it saw that member listening at that address (a refused
+// dial to an address never seen listening proves nothing: it is logged,
+// not acted on). The listener reveals nothing (it writes only the
+// goodbye, at a deliberate stop) and accepts nothing (a connection that
+// sends a byte is closed), and holds at most maxLivenessConns
+// connections.
 
 // livenessGoodbye is what a stopping instance writes to its watchers.
 const livenessGoodbye = "canon-liveness-bye\n"
@@ -60,9 +61,9 @@ const (
 	// livenessRefresh is how often the watchers read the group's members
 	// besides after each assignment.
 	livenessRefresh = 10 * time.Second
-	// livenessRedial is how long the dial that confirms a death may take;
-	// a refusal is immediate, a silent host is not dead for this purpose.
-	livenessRedial = 500 * time.Millisecond
+	// livenessRecheck is how soon the watches read the group's members
+	// again after a description taken during a rebalance.
+	livenessRecheck = 500 * time.Millisecond
 	// livenessRetry is how long a watch waits after a dial that failed
 	// without a refusal, or after a connection that dropped at once.
 	livenessRetry = 2 * time.Second
@@ -80,6 +81,7 @@ type liveness struct {
 	bye     bool
 	watches map[string]*livenessWatch // by instance id
 	removed map[string]time.Time      // by instance id: the last removal
+	alive   map[livenessPeer]bool     // peers seen listening
 	group   *kgo.Client               // the group session's client, for ForceRebalance
 	refresh chan struct{}
 }
@@ -109,7 +111,7 @@ func newLiveness(s *Sequencer, listen, advertise string) (*liveness, error) {
 	}
 	return &liveness{
 		s: s, log: s.log.With("liveness", addr), ln: ln, addr: addr,
-		conns: map[net.Conn]struct{}{}, watches: map[string]*livenessWatch{}, removed: map[string]time.Time{},
+		conns: map[net.Conn]struct{}{}, watches: map[string]*livenessWatch{}, removed: map[string]time.Time{}, alive: map[livenessPeer]bool{},
 		refresh: make(chan struct{}, 1),
 	}, nil
 }
@@ -200,6 +202,11 @@ func (l *liveness) assigned(cl *kgo.Client) {
 	l.mu.Lock()
 	l.group = cl
 	l.mu.Unlock()
+	l.poke()
+}
+
+// poke makes the watches read the group's members now.
+func (l *liveness) poke() {
 	select {
 	case l.refresh <- struct{}{}:
 	default:
@@ -234,10 +241,13 @@ func (l *liveness) watchMembers(ctx context.Context, adm *kgo.Client) {
 		case <-l.refresh:
 		case <-time.After(livenessRefresh):
 		}
-		peers, err := l.peers(ctx, adm)
-		if err != nil {
-			if ctx.Err() == nil {
-				l.log.Warn("read the group's members for the liveness watches", "err", err)
+		peers, ok, err := l.peers(ctx, adm)
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn("read the group's members for the liveness watches", "err", err)
+		}
+		if !ok {
+			if err == nil {
+				time.AfterFunc(livenessRecheck, l.poke) // rebalancing: look again soon
 			}
 			continue
 		}
@@ -245,73 +255,91 @@ func (l *liveness) watchMembers(ctx context.Context, adm *kgo.Client) {
 	}
 }
 
-// peers returns the other members of the group that advertise a
-// liveness address.
-func (l *liveness) peers(ctx context.Context, adm *kgo.Client) ([]livenessPeer, error) {
+// peers returns the other static members of the group, with the
+// liveness address each advertises ("" when its metadata does not show
+// one). ok is false while the group rebalances: DescribeGroups then shows
+// the members without their metadata, which says nothing about them.
+func (l *liveness) peers(ctx context.Context, adm *kgo.Client) (peers []livenessPeer, ok bool, err error) {
 	groups, err := kadm.NewClient(adm).DescribeGroups(ctx, l.s.cfg.Group)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	g := groups[l.s.cfg.Group]
 	if g.Err != nil {
-		return nil, g.Err
+		return nil, false, g.Err
 	}
-	var out []livenessPeer
+	if g.State != "Stable" {
+		return nil, false, nil
+	}
 	for _, m := range g.Members {
 		if m.InstanceID == nil || *m.InstanceID == l.s.cfg.InstanceID {
 			continue // dynamic members cannot be removed by id; never ourselves
 		}
-		meta, ok := m.Join.AsConsumer()
-		if !ok {
-			continue
+		p := livenessPeer{instance: *m.InstanceID, member: m.MemberID}
+		if meta, ok := m.Join.AsConsumer(); ok {
+			if _, addr, err := decodeMemberData(meta.UserData); err == nil && addr != l.addr {
+				p.addr = addr
+			}
 		}
-		_, addr, err := decodeMemberData(meta.UserData)
-		if err != nil || addr == "" || addr == l.addr {
-			continue
-		}
-		out = append(out, livenessPeer{instance: *m.InstanceID, member: m.MemberID, addr: addr})
+		peers = append(peers, p)
 	}
-	return out, nil
+	return peers, true, nil
 }
 
 // follow starts a watch of each new peer and ends those of peers gone or
-// changed.
+// changed. A peer whose metadata shows no address keeps its watch.
 func (l *liveness) follow(ctx context.Context, adm *kgo.Client, peers []livenessPeer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	seen := map[string]bool{}
+	present := map[string]bool{}
 	for _, p := range peers {
-		seen[p.instance] = true
-		if w, ok := l.watches[p.instance]; ok {
-			if w.peer == p {
-				continue
-			}
+		present[p.instance] = true
+		w, ok := l.watches[p.instance]
+		if ok && (w.peer == p || p.addr == "" && w.peer.member == p.member) {
+			continue
+		}
+		if ok {
+			l.log.Info("another instance changed; watching it anew", "instance", p.instance, "was", w.peer, "now", p)
 			w.cancel()
+			delete(l.watches, p.instance)
+		}
+		if p.addr == "" {
+			continue
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		l.watches[p.instance] = &livenessWatch{peer: p, cancel: cancel}
 		go l.watch(wctx, adm, p)
 	}
 	for id, w := range l.watches {
-		if !seen[id] {
+		if !present[id] {
 			w.cancel()
 			delete(l.watches, id)
+		}
+	}
+	for p := range l.alive {
+		if !present[p.instance] {
+			delete(l.alive, p)
 		}
 	}
 }
 
 // watch holds a connection to p until p says goodbye, dies, or the watch
-// ends.
+// ends. A dial that is refused means dead only once p was seen listening
+// (by this watch or an earlier one of the same member at the same
+// address): the first dial to an address proves nothing about the peer.
 func (l *liveness) watch(ctx context.Context, adm *kgo.Client, p livenessPeer) {
 	var d net.Dialer
 	warned := false
+	var backoff time.Duration
 	for ctx.Err() == nil {
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		c, err := d.DialContext(dctx, "tcp", p.addr)
 		cancel()
 		if err != nil {
-			// Never a death: the first dial proves nothing about the
-			// peer, only about the route to it.
+			if errors.Is(err, syscall.ECONNREFUSED) && l.wasAlive(p) {
+				l.remove(ctx, adm, p)
+				return
+			}
 			if !warned && ctx.Err() == nil {
 				l.log.Warn("cannot reach another instance's liveness address: its crash will be noticed at its session timeout (check its --liveness-advertise and the firewall)",
 					"instance", p.instance, "addr", p.addr, "err", err)
@@ -322,6 +350,10 @@ func (l *liveness) watch(ctx context.Context, adm *kgo.Client, p livenessPeer) {
 			}
 			continue
 		}
+		if !l.wasAlive(p) {
+			l.log.Info("watching another instance's liveness", "instance", p.instance, "member_id", p.member, "addr", p.addr)
+		}
+		l.markAlive(p)
 		start := time.Now()
 		l.s.m.livenessPeers.Inc()
 		h := l.hold(ctx, c)
@@ -336,20 +368,35 @@ func (l *liveness) watch(ctx context.Context, adm *kgo.Client, p livenessPeer) {
 		case heldEnded:
 			return
 		}
-		// Dropped without a goodbye: dead if nothing listens any more.
-		dctx, cancel = context.WithTimeout(ctx, livenessRedial)
-		c, err = d.DialContext(dctx, "tcp", p.addr)
-		cancel()
-		if err == nil {
-			_ = c.Close()
-		} else if errors.Is(err, syscall.ECONNREFUSED) {
-			l.remove(ctx, adm, p, time.Since(start))
-			return
+		l.log.Info("liveness connection dropped without a goodbye; dialing again", "instance", p.instance, "held", time.Since(start).Round(time.Millisecond))
+		// Dropped without a goodbye: the loop dials again at once, and a
+		// refusal is a death. A dying process's listener may still take
+		// that dial for a moment (the kernel closes its sockets one by
+		// one) and then drop it: connections that drop at once are dialed
+		// again after a backoff that doubles from 10ms to livenessRetry,
+		// so neither a death is missed nor a listener at its connection
+		// limit dialed in a loop.
+		if time.Since(start) >= livenessRetry {
+			backoff = 0
+			continue
 		}
-		if time.Since(start) < livenessRetry && !sleepCtx(ctx, livenessRetry) {
+		backoff = min(max(10*time.Millisecond, 2*backoff), livenessRetry)
+		if !sleepCtx(ctx, backoff) {
 			return
 		}
 	}
+}
+
+func (l *liveness) markAlive(p livenessPeer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.alive[p] = true
+}
+
+func (l *liveness) wasAlive(p livenessPeer) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.alive[p]
 }
 
 type held int
@@ -385,7 +432,7 @@ func (l *liveness) hold(ctx context.Context, c net.Conn) held {
 
 // remove takes a dead peer out of the group and rejoins, so that the
 // rebalance starts now.
-func (l *liveness) remove(ctx context.Context, adm *kgo.Client, p livenessPeer, watched time.Duration) {
+func (l *liveness) remove(ctx context.Context, adm *kgo.Client, p livenessPeer) {
 	l.mu.Lock()
 	last, ok := l.removed[p.instance]
 	limited := ok && time.Since(last) < l.s.cfg.SessionTimeout
@@ -418,7 +465,7 @@ func (l *liveness) remove(ctx context.Context, adm *kgo.Client, p livenessPeer, 
 	case err == nil:
 		l.s.m.livenessRemovals.Inc()
 		l.log.Warn("removed a dead instance from the group: its liveness connection closed without a goodbye and its address refuses connections",
-			"instance", p.instance, "member_id", p.member, "watched_for", watched.Round(time.Millisecond))
+			"instance", p.instance, "member_id", p.member)
 	case errors.Is(err, kerr.UnknownMemberID):
 		l.log.Info("a dead instance had left the group already", "instance", p.instance)
 	default:

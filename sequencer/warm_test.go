@@ -95,6 +95,7 @@ var (
 	takeoverBroker   = flag.String("takeover-broker", "defaults", "TestIntegrationTakeoverTimes: defaults (a dedicated broker with Kafka's default group.min.session.timeout.ms, 6s) or test (the shared test broker, 1s)")
 	takeoverLiveness = flag.Bool("takeover-liveness", true, "TestIntegrationTakeoverTimes: --liveness-addr on (false: off, the session timeout alone notices a kill)")
 	takeoverSignal   = flag.String("takeover-signal", "kill", "TestIntegrationTakeoverTimes: how the owner stops: kill (SIGKILL in an open transaction) or term (SIGTERM)")
+	takeoverKeep     = flag.Bool("takeover-keep", false, "TestIntegrationTakeoverTimes: --keep-partitions-on-stop (a SIGTERMed instance stays in the group, as before it left)")
 )
 
 // TestIntegrationTakeoverTimes measures the time from a SIGKILL (or a
@@ -156,6 +157,9 @@ func TestIntegrationTakeoverTimes(t *testing.T) {
 	if !*takeoverLiveness {
 		flags = append(flags, "--liveness-addr", "off")
 	}
+	if *takeoverKeep {
+		flags = append(flags, "--keep-partitions-on-stop")
+	}
 	procs := []*seqProc{newSeqProc(t, e, "p0", flags...), newSeqProc(t, e, "p1", flags...)}
 	for _, p := range procs {
 		p.Start(ctx)
@@ -208,8 +212,8 @@ func TestIntegrationTakeoverTimes(t *testing.T) {
 	}
 	sorted := slices.Clone(firsts)
 	slices.Sort(sorted)
-	t.Logf("signal %s, standbys %d, history %d versions, session timeout %v, liveness %v, broker %s: stop → first decision over %d stops: p50 %.2fs, p99 %.2fs, min %.2fs, max %.2fs; all %v",
-		*takeoverSignal, *standbyCount, *takeoverHistory, session, *takeoverLiveness, *takeoverBroker, len(sorted),
+	t.Logf("signal %s, standbys %d, history %d versions, session timeout %v, liveness %v, keep on stop %v, broker %s: stop → first decision over %d stops: p50 %.2fs, p99 %.2fs, min %.2fs, max %.2fs; all %v",
+		*takeoverSignal, *standbyCount, *takeoverHistory, session, *takeoverLiveness, *takeoverKeep, *takeoverBroker, len(sorted),
 		quantile(sorted, 0.5).Seconds(), quantile(sorted, 0.99).Seconds(), sorted[0].Seconds(), sorted[len(sorted)-1].Seconds(), roundAll(firsts))
 	g.finish()
 	finishAndCheck(t, ctx, e, g, cl, procs...)
@@ -257,6 +261,7 @@ var logTime = regexp.MustCompile(`(?m)^time=(\S+) .*$`)
 // is the changelog's.
 func breakdown(log string, to takeover, p int32) string {
 	var removed, heard, assigned, restored time.Time
+	var watch string // what the heir's liveness said when it did not remove
 	partition := fmt.Sprintf(` partition=%d `, p)
 	for _, m := range logTime.FindAllStringSubmatch(log, -1) {
 		ts, err := time.Parse(time.RFC3339Nano, m[1])
@@ -267,6 +272,9 @@ func breakdown(log string, to takeover, p int32) string {
 		switch {
 		case removed.IsZero() && (strings.Contains(line, `msg="removed a dead instance from the group`) || strings.Contains(line, `msg="a dead instance had left`)):
 			removed = ts
+		case watch == "" && removed.IsZero() && (strings.Contains(line, `msg="did not remove`) || strings.Contains(line, `msg="another instance stops`) ||
+			strings.Contains(line, `msg="cannot reach another instance`) || strings.Contains(line, `liveness address answers`)):
+			watch = line
 		case heard.IsZero() && strings.Contains(line, `msg="heartbeat errored"`):
 			heard = ts
 		case assigned.IsZero() && strings.Contains(line, `msg="partitions assigned"`):
@@ -281,8 +289,12 @@ func breakdown(log string, to takeover, p int32) string {
 		}
 		return fmt.Sprintf("%.2fs", ts.Sub(to.at).Seconds())
 	}
-	return fmt.Sprintf("since the kill: removed by liveness %s, rebalance heard %s, partition assigned %s, restored %s, first decision %.2fs",
+	out := fmt.Sprintf("since the kill: removed by liveness %s, rebalance heard %s, partition assigned %s, restored %s, first decision %.2fs",
 		since(removed), since(heard), since(assigned), since(restored), to.first.Seconds())
+	if watch != "" {
+		out += "; liveness: " + watch
+	}
+	return out
 }
 
 // quantile is the nearest-rank quantile of sorted durations.
