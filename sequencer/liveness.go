@@ -42,7 +42,7 @@ import (
 // rejoins. Bounds: an instance never removes itself (its instance id, its
 // member id, its own address), removes an instance only with the member
 // id it watched (a restarted instance has a new one: the broker answers
-// FENCED_INSTANCE_ID), at most once per session timeout per instance, and
+// FENCED_INSTANCE_ID), at most once per session timeout per member, and
 // only after it saw that member listening at that address (a refused
 // dial to an address never seen listening proves nothing: it is logged,
 // not acted on). The listener reveals nothing (it writes only the
@@ -80,7 +80,7 @@ type liveness struct {
 	conns   map[net.Conn]struct{}
 	bye     bool
 	watches map[string]*livenessWatch // by instance id
-	removed map[string]time.Time      // by instance id: the last removal
+	removed map[string]time.Time      // by member id: the last removal
 	alive   map[livenessPeer]bool     // peers seen listening
 	group   *kgo.Client               // the group session's client, for ForceRebalance
 	refresh chan struct{}
@@ -433,14 +433,25 @@ func (l *liveness) hold(ctx context.Context, c net.Conn) held {
 // remove takes a dead peer out of the group and rejoins, so that the
 // rebalance starts now.
 func (l *liveness) remove(ctx context.Context, adm *kgo.Client, p livenessPeer) {
+	// At most one removal per member id (an instance restarted on the
+	// same id is a new member, and may die again) per session timeout.
 	l.mu.Lock()
-	last, ok := l.removed[p.instance]
+	last, ok := l.removed[p.member]
 	limited := ok && time.Since(last) < l.s.cfg.SessionTimeout
 	if !limited {
-		l.removed[p.instance] = time.Now()
+		for m, at := range l.removed {
+			if time.Since(at) >= l.s.cfg.SessionTimeout {
+				delete(l.removed, m)
+			}
+		}
+		l.removed[p.member] = time.Now()
 	}
 	l.mu.Unlock()
-	if limited || p.instance == l.s.cfg.InstanceID || p.member == l.s.memberIDNow() {
+	if p.instance == l.s.cfg.InstanceID || p.member == l.s.memberIDNow() {
+		return
+	}
+	if limited {
+		l.log.Info("not removing a member removed less than a session timeout ago", "instance", p.instance, "member_id", p.member)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
