@@ -218,6 +218,12 @@ type sequencerTuning struct {
 	linger   time.Duration
 	// standbys is --standbys: partitions kept warm beside the owned ones.
 	standbys int
+	// liveness and livenessAdvertise are --liveness-addr and
+	// --liveness-advertise, keepOnStop --keep-partitions-on-stop
+	// (sequencer.Config.Liveness, LivenessAdvertise, KeepPartitionsOnStop).
+	liveness          string
+	livenessAdvertise string
+	keepOnStop        bool
 }
 
 // newNode connects to Kafka, ensures the topics and binds the HTTP

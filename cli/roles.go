@@ -343,28 +343,35 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflig
 			return nil, err
 		}
 	}
+	liveness := n.seq.liveness
+	if liveness == "off" {
+		liveness = ""
+	}
 	return sequencer.New(sequencer.Config{
 		Kafka:  kcfg,
 		Topics: n.topics.Names,
 		// Deployments that share a cluster through --topic-prefix must
 		// not share a group: one's rebalances would stall the other's.
-		Group:              n.topicPrefix + sequencer.DefaultGroup,
-		InstanceID:         instance,
-		Store:              st,
-		Checkpoints:        ckpts,
-		Standbys:           n.seq.standbys,
-		Registry:           n.mutators,
-		Bundles:            n.bundles,
-		SessionTimeout:     n.seq.sessionTimeout,
-		TransactionTimeout: n.seq.txnTimeout,
-		GatherWait:         n.seq.gatherWait,
-		GatherFresh:        n.seq.gatherFresh,
-		Committed:          committed,
-		Inflight:           inflight,
-		PushWait:           n.seq.pushWait,
-		Linger:             n.seq.linger,
-		Log:                n.log,
-		Registerer:         n.registry,
+		Group:                n.topicPrefix + sequencer.DefaultGroup,
+		InstanceID:           instance,
+		Store:                st,
+		Checkpoints:          ckpts,
+		Standbys:             n.seq.standbys,
+		Liveness:             liveness,
+		LivenessAdvertise:    n.seq.livenessAdvertise,
+		KeepPartitionsOnStop: n.seq.keepOnStop,
+		Registry:             n.mutators,
+		Bundles:              n.bundles,
+		SessionTimeout:       n.seq.sessionTimeout,
+		TransactionTimeout:   n.seq.txnTimeout,
+		GatherWait:           n.seq.gatherWait,
+		GatherFresh:          n.seq.gatherFresh,
+		Committed:            committed,
+		Inflight:             inflight,
+		PushWait:             n.seq.pushWait,
+		Linger:               n.seq.linger,
+		Log:                  n.log,
+		Registerer:           n.registry,
 	})
 }
 

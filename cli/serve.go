@@ -82,6 +82,14 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 		"sequencer instance id, unique among running instances (default: the one kept in --data, made on first start)")
 	cmd.Flags().IntVar(&f.seq.standbys, "standbys", 0,
 		"sequencer: keep this many partitions the instance does not own warm in its store, following the changelog, so that taking one over reads only the tail")
+	cmd.Flags().StringVar(&f.seq.liveness, "liveness-addr", ":0",
+		"sequencer: address of the liveness listener the other instances watch, to remove a killed instance from the group at once instead of after "+
+			"its session timeout; it reads nothing and writes only a goodbye at stop ('off' disables it)")
+	cmd.Flags().StringVar(&f.seq.livenessAdvertise, "liveness-advertise", "",
+		"sequencer: host:port the other instances dial for --liveness-addr (default: its host, or this host's address towards the brokers)")
+	cmd.Flags().BoolVar(&f.seq.keepOnStop, "keep-partitions-on-stop", false,
+		"sequencer: at SIGTERM stay in the group, so that a restart within the session timeout keeps its partitions without a rebalance "+
+			"(default: leave the group after the last commit, so that the partitions move at once)")
 	// Hidden: failure tests shorten them so that a stopped or killed
 	// instance is replaced in seconds; production keeps the defaults.
 	cmd.Flags().DurationVar(&f.seq.sessionTimeout, "session-timeout", 0, "sequencer group session timeout (0: the sequencer's default)")

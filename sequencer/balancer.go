@@ -45,6 +45,9 @@ type warmBalancer struct {
 	// synced, when set, is told the member's whole assignment at each
 	// sync, before the assignment callbacks run.
 	synced func(map[string][]int32)
+	// liveness is the address of this member's liveness listener, ""
+	// when it has none (liveness.go).
+	liveness string
 }
 
 var _ kgo.GroupBalancer = (*warmBalancer)(nil)
@@ -67,7 +70,7 @@ func (w *warmBalancer) JoinGroupMetadata(interests []string, current map[string]
 	if w.copies != nil {
 		copies = w.copies()
 	}
-	meta.UserData = encodeCopies(copies)
+	meta.UserData = encodeMemberData(copies, w.liveness)
 	return meta.AppendTo(nil)
 }
 
@@ -104,7 +107,7 @@ func (*warmBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32) k
 			// A member whose copies do not decode (another version's
 			// format) is balanced as cold: never fail a rebalance over a
 			// preference.
-			m.copies, _ = decodeCopies(meta.UserData)
+			m.copies, _, _ = decodeMemberData(meta.UserData)
 			ms = append(ms, m)
 			refs = append(refs, member)
 		})
@@ -243,32 +246,45 @@ func warmer(a warmMember, ca int32, b warmMember, cb int32, p int32) bool {
 	return ca < cb
 }
 
-// The copies' encoding in the member metadata's user data: a version
-// byte (1), the count, then (partition, offset) pairs, all as uvarints.
-const copiesVersion = 1
+// The member data in the metadata's user data: a version byte, the
+// count, then (partition, offset) pairs of the copies, all as uvarints;
+// version 2 adds the liveness address (a uvarint length and the bytes,
+// possibly empty). A member of an older version reads version 2 as
+// undecodable and balances the member as cold until it is upgraded too.
+const (
+	copiesVersion     = 1
+	memberDataVersion = 2
+)
 
 // maxCopies bounds what a member may advertise (Kafka's partition counts
-// are far below it).
-const maxCopies = 1 << 16
+// are far below it), and maxLivenessAddr its liveness address.
+const (
+	maxCopies       = 1 << 16
+	maxLivenessAddr = 255
+)
 
-func encodeCopies(copies map[int32]int64) []byte {
-	b := []byte{copiesVersion}
+func encodeMemberData(copies map[int32]int64, liveness string) []byte {
+	b := []byte{memberDataVersion}
 	b = binary.AppendUvarint(b, uint64(len(copies)))
 	for _, p := range slices.Sorted(maps.Keys(copies)) {
 		b = binary.AppendUvarint(b, uint64(p))
 		b = binary.AppendUvarint(b, uint64(max(0, copies[p])))
 	}
-	return b
+	b = binary.AppendUvarint(b, uint64(len(liveness)))
+	return append(b, liveness...)
 }
 
 var errCopies = errors.New("malformed copies in the member metadata")
 
-func decodeCopies(b []byte) (map[int32]int64, error) {
+// decodeMemberData reads either version: the copies and, from version 2,
+// the liveness address.
+func decodeMemberData(b []byte) (map[int32]int64, string, error) {
 	if len(b) == 0 {
-		return nil, nil
+		return nil, "", nil
 	}
-	if b[0] != copiesVersion {
-		return nil, fmt.Errorf("%w: version %d, want %d", errCopies, b[0], copiesVersion)
+	version := b[0]
+	if version != copiesVersion && version != memberDataVersion {
+		return nil, "", fmt.Errorf("%w: version %d, want %d or %d", errCopies, b[0], copiesVersion, memberDataVersion)
 	}
 	b = b[1:]
 	next := func() (uint64, bool) {
@@ -281,21 +297,29 @@ func decodeCopies(b []byte) (map[int32]int64, error) {
 	}
 	count, ok := next()
 	if !ok || count > maxCopies {
-		return nil, fmt.Errorf("%w: bad count", errCopies)
+		return nil, "", fmt.Errorf("%w: bad count", errCopies)
 	}
 	out := make(map[int32]int64, count)
 	for range count {
 		p, ok1 := next()
 		o, ok2 := next()
 		if !ok1 || !ok2 || p > 1<<31-1 || o > 1<<63-1 {
-			return nil, fmt.Errorf("%w: truncated or out of range", errCopies)
+			return nil, "", fmt.Errorf("%w: truncated or out of range", errCopies)
 		}
 		out[int32(p)] = int64(o)
 	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errCopies, len(b))
+	var addr string
+	if version == memberDataVersion {
+		n, ok := next()
+		if !ok || n > maxLivenessAddr || n > uint64(len(b)) {
+			return nil, "", fmt.Errorf("%w: bad liveness address", errCopies)
+		}
+		addr, b = string(b[:n]), b[n:]
 	}
-	return out, nil
+	if len(b) != 0 {
+		return nil, "", fmt.Errorf("%w: %d trailing bytes", errCopies, len(b))
+	}
+	return out, addr, nil
 }
 
 // copies returns the changelog offset the store holds of each partition

@@ -122,36 +122,45 @@ func TestPlanWarmProperties(t *testing.T) {
 	}
 }
 
-func TestCopiesCodec(t *testing.T) {
+func TestMemberDataCodec(t *testing.T) {
 	for _, c := range []map[int32]int64{nil, {}, {0: 0}, {3: 1 << 40, 0: 17, 1<<31 - 1: 1}} {
-		got, err := decodeCopies(encodeCopies(c))
-		if err != nil || len(got) != len(c) {
-			t.Fatalf("round trip of %v: %v, %v", c, got, err)
-		}
-		for p, o := range c {
-			if got[p] != o {
-				t.Errorf("round trip of %v: %v", c, got)
+		for _, addr := range []string{"", "10.0.0.7:41234", "[::1]:7"} {
+			got, gotAddr, err := decodeMemberData(encodeMemberData(c, addr))
+			if err != nil || len(got) != len(c) || gotAddr != addr {
+				t.Fatalf("round trip of %v, %q: %v, %q, %v", c, addr, got, gotAddr, err)
+			}
+			for p, o := range c {
+				if got[p] != o {
+					t.Errorf("round trip of %v: %v", c, got)
+				}
 			}
 		}
 	}
-	for _, bad := range [][]byte{{2}, {1}, {1, 1, 0}, {1, 0, 9}, {1, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 0}} {
-		if _, err := decodeCopies(bad); err == nil {
-			t.Errorf("decodeCopies(%x) accepted", bad)
+	// Version 1, the copies alone, as members of the previous release send.
+	got, addr, err := decodeMemberData([]byte{1, 1, 3, 9})
+	if err != nil || got[3] != 9 || len(got) != 1 || addr != "" {
+		t.Errorf("version 1 data: %v, %q, %v", got, addr, err)
+	}
+	for _, bad := range [][]byte{{3}, {1}, {2}, {1, 1, 0}, {1, 0, 9}, {1, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 0},
+		{2, 0}, {2, 0, 5, 'a'}, {2, 0, 1, 'a', 'b'}} {
+		if _, _, err := decodeMemberData(bad); err == nil {
+			t.Errorf("decodeMemberData(%x) accepted", bad)
 		}
 	}
 }
 
-func FuzzDecodeCopies(f *testing.F) {
-	f.Add(encodeCopies(map[int32]int64{1: 5, 2: 7}))
+func FuzzDecodeMemberData(f *testing.F) {
+	f.Add(encodeMemberData(map[int32]int64{1: 5, 2: 7}, "127.0.0.1:9"))
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{1, 1, 3, 9})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := decodeCopies(b)
+		c, addr, err := decodeMemberData(b)
 		if err != nil {
 			return
 		}
-		again, err := decodeCopies(encodeCopies(c))
-		if err != nil || len(again) != len(c) {
-			t.Fatalf("re-encoding %v: %v, %v", c, again, err)
+		again, againAddr, err := decodeMemberData(encodeMemberData(c, addr))
+		if err != nil || len(again) != len(c) || againAddr != addr {
+			t.Fatalf("re-encoding %v, %q: %v, %q, %v", c, addr, again, againAddr, err)
 		}
 	})
 }

@@ -1,15 +1,12 @@
 package sequencer_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/canon-sync/canon/internal/canontest"
-	"github.com/canon-sync/canon/internal/testenv"
 )
 
 // TestIntegrationCheckpointTakeover: two `canon serve` sequencers share a
@@ -19,35 +16,25 @@ import (
 // restores them from a's checkpoints and reads only the changelog after
 // them. The exactly-once invariants hold.
 func TestIntegrationCheckpointTakeover(t *testing.T) {
-	k := testenv.NewKafka(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	const parts = 4
-	e := newTopicsEnv(t, k.Brokers, parts)
-	cl := followChangelog(t, e)
-	g := newLoadGen(t, e, 16, 40, 100_000, 13)
-	g.rate = 300
+	r := newTakeoverEnv(t, 4, 13)
 	bucket := filepath.Join(t.TempDir(), "bucket")
 	if err := os.Mkdir(bucket, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	flags := []string{"--checkpoint-url", "file://" + bucket, "--checkpoint-every", "500", "--checkpoint-interval", "2s"}
-	a := newSeqProc(t, e, "a", flags...)
-	b := newSeqProc(t, e, "b", flags...)
-	a.Start(ctx)
-	b.Start(ctx)
-	g.allowUpTo(1)
-	startLoad(t, ctx, g, cl)
-	canontest.Wait(t, ctx, "both owning partitions and ready", func() (bool, error) {
-		return a.owned() > 0 && b.owned() > 0 && a.Ready() && b.Ready(), nil
-	})
+	a := newSeqProc(t, r.e, "a", flags...)
+	b := newSeqProc(t, r.e, "b", flags...)
+	a.Start(r.ctx)
+	b.Start(r.ctx)
+	r.startLoad()
+	r.waitOwningAndWatching(a, b)
 	owned := a.ownedFromLog()
-	canontest.Wait(t, ctx, "a history on a's partitions and a's checkpoints of it", func() (bool, error) {
+	canontest.Wait(t, r.ctx, "a history on a's partitions and a's checkpoints of it", func() (bool, error) {
 		n, err := a.Metric("canon_checkpoints_taken_total")
-		return cl.records(owned) >= 3000 && err == nil && n >= float64(2*len(owned)), nil
+		return r.cl.records(owned) >= 3000 && err == nil && n >= float64(2*len(owned)), nil
 	})
 	restoredBefore := strings.Count(b.CurrentLog(), restoredFromCheckpoint)
-	to := killAndTakeOver(t, ctx, e, cl, a, b)
+	to := r.kill(a, b)
 	restored := strings.Count(b.CurrentLog(), restoredFromCheckpoint) - restoredBefore
 	t.Logf("checkpoints: a killed with partitions %v (%d changelog records); b restored %d partitions from checkpoints, reading %d records after them; first decision after %.2fs, on all of them after %.2fs",
 		to.owned, to.history, restored, to.read, to.first.Seconds(), to.all.Seconds())
@@ -55,9 +42,7 @@ func TestIntegrationCheckpointTakeover(t *testing.T) {
 		t.Errorf("b restored %d of a's %d partitions from checkpoints and read %d of their %d records: want all from checkpoints and only the tail read",
 			restored, len(to.owned), to.read, to.history)
 	}
-	a.Start(ctx)
-	g.finish()
-	finishAndCheck(t, ctx, e, g, cl, a, b)
+	r.restartAndCheck(a, b)
 }
 
 // restoredFromCheckpoint is what the checkpoint package logs for each

@@ -145,6 +145,29 @@ type Config struct {
 	// so that taking one of them over reads only the tail (see
 	// standby.go for which ones); 0, the default, keeps none.
 	Standbys int
+	// Liveness is the TCP address of the instance's liveness listener
+	// ("host:port", ":0" for any free port); "" disables it. With a
+	// static InstanceID, each instance advertises it in its group
+	// metadata and keeps a connection to every other instance's: when one
+	// closes without a goodbye and its address refuses a new connection
+	// (the process died; its host did not), the watcher removes the dead
+	// instance from the group at once instead of waiting for its session
+	// timeout (liveness.go). The listener writes nothing but a goodbye at
+	// a deliberate stop and reads nothing; the other instances must be
+	// able to reach it (open the port between them).
+	Liveness string
+	// LivenessAdvertise is the address the other instances dial; default
+	// the listener's when it names a host, else this host's address on
+	// the route to the first broker, with the listener's port.
+	LivenessAdvertise string
+	// KeepPartitionsOnStop keeps the static member in the group when Run
+	// returns, so that a restart within the session timeout gets its
+	// partitions back without a rebalance (a rolling restart that wants
+	// to keep assignments). By default a stopping static instance leaves
+	// the group after its last commit (an admin LeaveGroup of its own
+	// instance id, as a static member does not leave on close), and its
+	// partitions move at once.
+	KeepPartitionsOnStop bool
 	// RestoreBatch is how many changelog records a restore applies to the
 	// store per write; default 2000.
 	RestoreBatch int
@@ -251,6 +274,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FetchMaxWait < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("sequencer: fetch max wait %v: use at least 10ms (default 500ms)", c.FetchMaxWait))
+	}
+	if c.LivenessAdvertise != "" && c.Liveness == "" {
+		errs = append(errs, errors.New("sequencer: a liveness advertised address without a liveness listener: set Liveness too (--liveness-addr)"))
 	}
 	if c.InstanceID != "" {
 		if err := checkInstanceID(c.InstanceID); err != nil {

@@ -19,6 +19,11 @@ type metrics struct {
 	offsetBehind     prometheus.Counter
 	inputSkipped     prometheus.Counter
 	fenced           prometheus.Counter
+	// livenessPeers counts the other instances this one holds a liveness
+	// connection to (liveness.go), and
+	// livenessRemovals the dead ones removed from the group.
+	livenessPeers    prometheus.Gauge
+	livenessRemovals prometheus.Counter
 	// gathers counts transactions that waited for the fetch after a
 	// stale poll (Config.GatherWait).
 	gathers prometheus.Counter
@@ -101,6 +106,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "fenced_transactions_total",
 			Help: "Open transactions of instances gone from the group that a restore fenced rather than wait for their timeout.",
 		}),
+		livenessPeers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "liveness_peers",
+			Help: "Other instances of the group this instance holds a liveness connection to (a kill of one is noticed at once).",
+		}),
+		livenessRemovals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "liveness_removals_total",
+			Help: "Instances this instance removed from the group because their liveness connection closed without a goodbye and their address refused connections.",
+		}),
 		inputSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "input_skipped_total",
 			Help: "Input records skipped because they were decided before (the group's offsets were moved back).",
@@ -117,7 +130,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.standbys, m.standbyLag)
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers, m.pushWaits)
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers, m.pushWaits,
+			m.livenessPeers, m.livenessRemovals)
 	}
 	return m
 }

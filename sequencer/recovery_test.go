@@ -73,6 +73,14 @@ func killInTransaction(t *testing.T, ctx context.Context, adm *kadm.Client, p *s
 // partition's first one.
 func (c *changelog) firstDecisions(ctx context.Context, ps []int32, at time.Time) (first, all time.Duration) {
 	c.t.Helper()
+	return c.firstDecisionsNotBy(ctx, ps, at, -1)
+}
+
+// firstDecisionsNotBy is firstDecisions counting only the versions of
+// other producers than producer id notBy (-1: all): a stopping owner's
+// last commits after at are not its heir's.
+func (c *changelog) firstDecisionsNotBy(ctx context.Context, ps []int32, at time.Time, notBy int64) (first, all time.Duration) {
+	c.t.Helper()
 	var firsts map[int32]time.Time
 	canontest.Wait(c.t, ctx, fmt.Sprintf("decisions on partitions %v", ps), func() (bool, error) {
 		c.mu.Lock()
@@ -83,7 +91,7 @@ func (c *changelog) firstDecisions(ctx context.Context, ps []int32, at time.Time
 				if r.Timestamp.Before(at) {
 					break
 				}
-				if canontest.Header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 {
+				if canontest.Header(r, schemas.HeaderSchema) == schemas.SchemaVersionV1 && r.ProducerID != notBy {
 					firsts[p] = r.Timestamp
 				}
 			}

@@ -86,6 +86,11 @@ type Sequencer struct {
 	// syncedAssignment is the whole assignment of the latest sync, under
 	// mu (balancer.go); nil while unknown.
 	syncedAssignment map[int32]bool
+	// memberID is the group member id of the latest assignment (under
+	// mu), for leaving at stop; live the liveness listener and watches,
+	// nil without (liveness.go).
+	memberID string
+	live     *liveness
 }
 
 // New checks cfg and returns a Sequencer; Run starts it.
@@ -207,6 +212,24 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	if err := s.readPartitionCounts(ctx); err != nil {
 		return err
 	}
+	if s.cfg.Liveness != "" && s.static {
+		l, err := newLiveness(s, s.cfg.Liveness, s.cfg.LivenessAdvertise)
+		if err != nil {
+			return err
+		}
+		s.live = l
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.run(lctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		s.log.Info("liveness listener", "addr", l.ln.Addr().String(), "advertised", l.addr)
+	}
 	s.running.Store(true)
 	defer s.running.Store(false)
 	if s.cfg.Standbys > 0 {
@@ -228,6 +251,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	for {
 		err := s.runSession(ctx)
 		if ctx.Err() != nil {
+			s.leaveOnStop()
 			return nil
 		}
 		if errors.Is(err, ErrDuplicateInstance) {
@@ -270,13 +294,17 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 }
 
 func (s *Sequencer) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	_, gen := cl.GroupMetadata()
+	member, gen := cl.GroupMetadata()
 	s.generation.Store(gen)
+	if s.live != nil {
+		s.live.assigned(cl)
+	}
 	// Before franz-go fetches the new partitions' offsets (takeover.go).
 	s.fenceGoneOwners(ctx, cl, assigned[s.cfg.Topics.Mutations])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.joined = true // called after every join, even with nothing new
+	s.memberID = member
 	s.dropUnassignedLocked()
 	for _, p := range assigned[s.cfg.Topics.Mutations] {
 		s.owned[p] = true
@@ -397,7 +425,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// with the warmest copy (balancer.go); cooperative-sticky is the
 		// common protocol while a rolling upgrade brings it to every
 		// member.
-		kgo.Balancers(&warmBalancer{copies: s.copies, synced: s.synced}, kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(&warmBalancer{copies: s.copies, synced: s.synced, liveness: s.livenessAddr()}, kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
 		// A member that died is expired after the session timeout; the
 		// others learn of the rebalance at their next heartbeat.

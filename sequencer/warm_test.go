@@ -28,37 +28,31 @@ import (
 // (with cooperative-sticky, either could get it), and b's restore reads
 // only the tail. The exactly-once invariants hold.
 func TestIntegrationWarmAssignment(t *testing.T) {
-	k := testenv.NewKafka(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
 	const parts = 3
-	e := newTopicsEnv(t, k.Brokers, parts)
-	cl := followChangelog(t, e)
-	g := newLoadGen(t, e, 16, 40, 100_000, 17)
-	g.rate = 300
-	c := newSeqProc(t, e, "c")
-	a := newSeqProc(t, e, "a")
-	b := newSeqProc(t, e, "b", "--standbys", "2")
-	g.allowUpTo(1)
-	startLoad(t, ctx, g, cl)
-	c.Start(ctx)
-	canontest.Wait(t, ctx, "c owning every partition and deciding on it", func() (bool, error) {
-		return c.owned() == parts && c.Ready() && cl.outcomes() > 200, nil
+	r := newTakeoverEnv(t, parts, 17)
+	c := newSeqProc(t, r.e, "c")
+	a := newSeqProc(t, r.e, "a")
+	b := newSeqProc(t, r.e, "b", "--standbys", "2")
+	r.startLoad()
+	c.Start(r.ctx)
+	canontest.Wait(t, r.ctx, "c owning every partition and deciding on it", func() (bool, error) {
+		return c.owned() == parts && c.Ready() && r.cl.outcomes() > 200, nil
 	})
-	a.Start(ctx)
-	b.Start(ctx)
-	canontest.Wait(t, ctx, "one partition each, all ready, b following the other two", func() (bool, error) {
+	a.Start(r.ctx)
+	b.Start(r.ctx)
+	canontest.Wait(t, r.ctx, "one partition each, all ready, b following the other two", func() (bool, error) {
 		v, err := b.Metric("canon_sequencer_standby_partitions")
 		return a.owned() == 1 && b.owned() == 1 && c.owned() == 1 && a.Ready() && b.Ready() && c.Ready() && err == nil && v == 2, nil
 	})
+	r.waitOwningAndWatching(a, b, c)
 	owned := a.ownedFromLog()
-	canontest.Wait(t, ctx, "a history on a's partition", func() (bool, error) {
-		return cl.records(owned) >= 1500, nil
+	canontest.Wait(t, r.ctx, "a history on a's partition", func() (bool, error) {
+		return r.cl.records(owned) >= 1500, nil
 	})
 	// /readyz lists b's copies: its own partition and two standbys, each
 	// measured against the changelog as it is now (a few records behind
 	// under load, not the thousands of the history).
-	canontest.Wait(t, ctx, "b's /readyz listing its owned and standby copies, measured", func() (bool, error) {
+	canontest.Wait(t, r.ctx, "b's /readyz listing its owned and standby copies, measured", func() (bool, error) {
 		lags, err := readyzLags(b)
 		if err != nil {
 			return false, err
@@ -73,10 +67,10 @@ func TestIntegrationWarmAssignment(t *testing.T) {
 		return roles["owner"] == 1 && roles["standby"] == 2, nil
 	})
 	cOwned := c.ownedFromLog()
-	to := killAndTakeOver(t, ctx, e, cl, a, b)
+	to := r.kill(a, b, c)
 	t.Logf("a killed with partitions %v (%d changelog records); b restored reading %d records; first decision after %.2fs",
 		to.owned, to.history, to.read, to.first.Seconds())
-	canontest.Wait(t, ctx, "b and c owning every partition", func() (bool, error) {
+	canontest.Wait(t, r.ctx, "b and c owning every partition", func() (bool, error) {
 		return b.owned()+c.owned() == parts && b.Ready() && c.Ready(), nil
 	})
 	bNow, cNow := b.ownedFromLog(), c.ownedFromLog()
@@ -91,45 +85,81 @@ func TestIntegrationWarmAssignment(t *testing.T) {
 	if to.read*4 > to.history {
 		t.Errorf("b's restore read %d of the %d records of a's partition: its copy was not warm", to.read, to.history)
 	}
-	a.Start(ctx)
-	g.finish()
-	finishAndCheck(t, ctx, e, g, cl, a, b, c)
+	r.restartAndCheck(a, b, c)
 }
 
 var (
-	takeoverKills   = flag.Int("takeover-kills", 0, "TestIntegrationTakeoverTimes: kills to measure (0 skips the test)")
-	takeoverHistory = flag.Int("takeover-history", 10_000, "TestIntegrationTakeoverTimes: versions generated in the measured partition before the load")
-	takeoverSession = flag.Duration("takeover-session", time.Second, "TestIntegrationTakeoverTimes: --session-timeout of the instances")
+	takeoverKills    = flag.Int("takeover-kills", 0, "TestIntegrationTakeoverTimes: kills to measure (0 skips the test)")
+	takeoverHistory  = flag.Int("takeover-history", 10_000, "TestIntegrationTakeoverTimes: versions generated in the measured partition before the load")
+	takeoverSession  = flag.Duration("takeover-session", 0, "TestIntegrationTakeoverTimes: --session-timeout of the instances (0: the sequencer's default)")
+	takeoverBroker   = flag.String("takeover-broker", "defaults", "TestIntegrationTakeoverTimes: defaults (a dedicated broker with Kafka's default group.min.session.timeout.ms, 6s) or test (the shared test broker, 1s)")
+	takeoverLiveness = flag.Bool("takeover-liveness", true, "TestIntegrationTakeoverTimes: --liveness-addr on (false: off, the session timeout alone notices a kill)")
+	takeoverSignal   = flag.String("takeover-signal", "kill", "TestIntegrationTakeoverTimes: how the owner stops: kill (SIGKILL in an open transaction) or term (SIGTERM)")
+	takeoverKeep     = flag.Bool("takeover-keep", false, "TestIntegrationTakeoverTimes: --keep-partitions-on-stop (a SIGTERMed instance stays in the group, as before it left)")
 )
 
-// TestIntegrationTakeoverTimes measures the time from a SIGKILL of the
-// owner of a partition with a long history to the first decision on its
-// new owner, -takeover-kills times, and logs each kill's breakdown and
-// the p50/p99. Two instances share two partitions; partition 0 holds
-// -takeover-history generated versions before the load (300 mutations/s
-// over both) starts. Each kill is of partition 0's owner, in an open
-// transaction; the other instance takes it over, and the killed one is
-// replaced by a new instance on an empty data directory, so that with
-// -standbys 0 every takeover restores the whole history and with
-// -standbys 1 (or more) the new instance first makes its copy warm. At
-// the end the exactly-once invariants are checked. Not part of `make
-// test` (flag -takeover-kills); see docs/checkpoints.md for the run
-// command and figures.
+// TestIntegrationTakeoverTimes measures the time from a SIGKILL (or a
+// SIGTERM, -takeover-signal term) of the owner of a partition with a
+// long history to the first decision on its new owner, -takeover-kills
+// times, and logs each kill's breakdown and the p50/p99. By default the
+// instances run with the sequencer's default session timeout on a
+// dedicated broker with Kafka's default group.min.session.timeout.ms
+// (-takeover-broker, -takeover-session). Two instances share two
+// partitions; partition 0 holds -takeover-history generated versions
+// before the load (300 mutations/s over both) starts. Each kill is of
+// partition 0's owner, in an open transaction; the other instance takes
+// it over, and the killed one is replaced by a new instance on an empty
+// data directory, so that with -standbys 0 every takeover restores the
+// whole history and with -standbys 1 (or more) the new instance first
+// makes its copy warm. At the end the exactly-once invariants are
+// checked. Not part of `make test` (flag -takeover-kills); see
+// docs/checkpoints.md for the run command and figures.
 func TestIntegrationTakeoverTimes(t *testing.T) {
 	if *takeoverKills <= 0 {
 		t.Skip("measurement: run with -takeover-kills N (see docs/checkpoints.md)")
 	}
-	k := testenv.NewKafka(t)
+	if *takeoverSignal != "kill" && *takeoverSignal != "term" {
+		t.Fatalf("-takeover-signal %q: use kill or term", *takeoverSignal)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*takeoverKills)*time.Minute+time.Duration(*takeoverHistory/1000)*time.Second+3*time.Minute)
 	defer cancel()
+	var brokers []string
+	switch *takeoverBroker {
+	case "test":
+		brokers = testenv.NewKafka(t).Brokers
+	case "defaults":
+		srv, err := testenv.StartKafka(ctx, testenv.KafkaOptions{Configs: map[string]string{
+			// The test environment lowers it to 1s for the failure
+			// tests' short sessions; this run measures Kafka's default.
+			"group.min.session.timeout.ms": "6000",
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		brokers = srv.Brokers()
+	default:
+		t.Fatalf("-takeover-broker %q: use defaults or test", *takeoverBroker)
+	}
+	session := *takeoverSession
+	if session == 0 {
+		session = sequencer.DefaultSessionTimeout
+	}
 	const parts, hp = 2, int32(0)
-	e := newTopicsEnv(t, k.Brokers, parts)
+	e := newTopicsEnv(t, brokers, parts)
 	group := e.prefix + sequencer.DefaultGroup
 	generateHistory(t, ctx, e, group, hp, *takeoverHistory)
 	cl := followChangelog(t, e)
 	g := newLoadGen(t, e, 16, 40, 100_000, 19)
 	g.rate = 300
-	flags := []string{"--standbys", strconv.Itoa(*standbyCount), "--session-timeout", takeoverSession.String(), "--kafka-log-level", "info"}
+	flags := []string{"--standbys", strconv.Itoa(*standbyCount), "--session-timeout", session.String(),
+		"--transaction-timeout", max(sequencer.DefaultTxnTimeout, session).String(), "--kafka-log-level", "info"}
+	if !*takeoverLiveness {
+		flags = append(flags, "--liveness-addr", "off")
+	}
+	if *takeoverKeep {
+		flags = append(flags, "--keep-partitions-on-stop")
+	}
 	procs := []*seqProc{newSeqProc(t, e, "p0", flags...), newSeqProc(t, e, "p1", flags...)}
 	for _, p := range procs {
 		p.Start(ctx)
@@ -154,26 +184,37 @@ func TestIntegrationTakeoverTimes(t *testing.T) {
 				return err1 == nil && err2 == nil && n == 1 && lag < 50, nil
 			})
 		}
+		if *takeoverLiveness {
+			canontest.Wait(t, ctx, heir.Name()+" watching "+victim.Name()+"'s liveness address", func() (bool, error) {
+				n, err := heir.Metric("canon_sequencer_liveness_peers")
+				return err == nil && n == 1, nil
+			})
+		}
 		before := cl.records([]int32{hp})
 		canontest.Wait(t, ctx, "load on partition 0", func() (bool, error) {
 			return cl.records([]int32{hp}) >= before+300, nil
 		})
-		to := killAndTakeOver(t, ctx, e, cl, victim, heir)
+		var to takeover
+		if *takeoverSignal == "term" {
+			to = stopAndTakeOver(t, ctx, e, cl, victim, heir)
+		} else {
+			to = killAndTakeOver(t, ctx, e, cl, victim, heir)
+		}
 		if !slices.Equal(to.owned, []int32{hp}) {
 			t.Fatalf("the victim owned %v, want [%d]", to.owned, hp)
 		}
 		firsts = append(firsts, to.first)
-		t.Logf("kill %d: %s killed, %s took partition 0 over (%d changelog records) reading %d; %s",
-			i+1, victim.Name(), heir.Name(), to.history, to.read, breakdown(heir.CurrentLog(), to, hp))
+		t.Logf("kill %d: %s %sed, %s took partition 0 over (%d changelog records) reading %d; %s",
+			i+1, victim.Name(), *takeoverSignal, heir.Name(), to.history, to.read, breakdown(heir.CurrentLog(), to, hp))
 		fresh := newSeqProc(t, e, fmt.Sprintf("p%d", i+2), flags...)
 		fresh.Start(ctx)
 		procs = []*seqProc{heir, fresh}
 	}
 	sorted := slices.Clone(firsts)
 	slices.Sort(sorted)
-	t.Logf("standbys %d, history %d versions, session timeout %v: kill → first decision over %d kills: p50 %.2fs, p99 %.2fs, min %.2fs, max %.2fs; all %v",
-		*standbyCount, *takeoverHistory, *takeoverSession, len(sorted), quantile(sorted, 0.5).Seconds(), quantile(sorted, 0.99).Seconds(),
-		sorted[0].Seconds(), sorted[len(sorted)-1].Seconds(), roundAll(firsts))
+	t.Logf("signal %s, standbys %d, history %d versions, session timeout %v, liveness %v, keep on stop %v, broker %s: stop → first decision over %d stops: p50 %.2fs, p99 %.2fs, min %.2fs, max %.2fs; all %v",
+		*takeoverSignal, *standbyCount, *takeoverHistory, session, *takeoverLiveness, *takeoverKeep, *takeoverBroker, len(sorted),
+		quantile(sorted, 0.5).Seconds(), quantile(sorted, 0.99).Seconds(), sorted[0].Seconds(), sorted[len(sorted)-1].Seconds(), roundAll(firsts))
 	g.finish()
 	finishAndCheck(t, ctx, e, g, cl, procs...)
 }
@@ -213,12 +254,14 @@ func generateHistory(t *testing.T, ctx context.Context, e *topicsEnv, group stri
 
 var logTime = regexp.MustCompile(`(?m)^time=(\S+) .*$`)
 
-// breakdown splits a takeover's time with the heir's log: when it heard
-// of the rebalance (franz-go's heartbeat error, at --kafka-log-level
-// info), got the partition, and finished its restore; the first decision
+// breakdown splits a takeover's time with the heir's log: when it
+// removed the dead instance (liveness.go), heard of the rebalance
+// (franz-go's heartbeat error, at --kafka-log-level info; "?" when its
+// own removal made it rejoin), got the partition, and finished its restore; the first decision
 // is the changelog's.
 func breakdown(log string, to takeover, p int32) string {
-	var heard, assigned, restored time.Time
+	var removed, heard, assigned, restored time.Time
+	var watch string // what the heir's liveness said when it did not remove
 	partition := fmt.Sprintf(` partition=%d `, p)
 	for _, m := range logTime.FindAllStringSubmatch(log, -1) {
 		ts, err := time.Parse(time.RFC3339Nano, m[1])
@@ -227,6 +270,11 @@ func breakdown(log string, to takeover, p int32) string {
 		}
 		line := m[0]
 		switch {
+		case removed.IsZero() && (strings.Contains(line, `msg="removed a dead instance from the group`) || strings.Contains(line, `msg="a dead instance had left`)):
+			removed = ts
+		case watch == "" && removed.IsZero() && (strings.Contains(line, `msg="did not remove`) || strings.Contains(line, `msg="another instance stops`) ||
+			strings.Contains(line, `msg="cannot reach another instance`) || strings.Contains(line, `liveness address answers`)):
+			watch = line
 		case heard.IsZero() && strings.Contains(line, `msg="heartbeat errored"`):
 			heard = ts
 		case assigned.IsZero() && strings.Contains(line, `msg="partitions assigned"`):
@@ -241,8 +289,12 @@ func breakdown(log string, to takeover, p int32) string {
 		}
 		return fmt.Sprintf("%.2fs", ts.Sub(to.at).Seconds())
 	}
-	return fmt.Sprintf("since the kill: rebalance heard %s, partition assigned %s, restored %s, first decision %.2fs",
-		since(heard), since(assigned), since(restored), to.first.Seconds())
+	out := fmt.Sprintf("since the kill: removed by liveness %s, rebalance heard %s, partition assigned %s, restored %s, first decision %.2fs",
+		since(removed), since(heard), since(assigned), since(restored), to.first.Seconds())
+	if watch != "" {
+		out += "; liveness: " + watch
+	}
+	return out
 }
 
 // quantile is the nearest-rank quantile of sorted durations.
