@@ -451,6 +451,11 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		return res, err
 	}
 	res.Transactions, res.TransactionTime = tx1.n-tx0.n, tx1.time-tx0.time
+	// The whole exposition, for what the report does not show (the
+	// sequencer's phases, the Kafka round trips).
+	if err := r.canon.saveMetrics(ctx, filepath.Join(r.dir, "metrics.txt")); err != nil {
+		r.log.Warn("save canon's metrics", "err", err)
+	}
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}
