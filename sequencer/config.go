@@ -162,9 +162,8 @@ type Config struct {
 	// from is the store's offset of the partition before the write, last
 	// the offset of the last record. The process's changelog feed
 	// (changelog.Feed.Publish) hands them to its subscribers without
-	// fetching them back from the broker. It runs on the store writer's
-	// goroutine, in commit order, while the next transaction is decided:
-	// it must not block.
+	// fetching them back from the broker. It runs on the transaction's
+	// goroutine: it must not block.
 	Committed func(partition int32, from int64, evs []chlog.Event, last int64)
 
 	// Log receives the sequencer's logs; nil discards them.

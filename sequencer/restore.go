@@ -49,7 +49,6 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 			continue
 		}
 		delete(s.nextTry, p)
-		s.writer.restored(p)
 		done = append(done, p)
 	}
 	// Resume the restored partitions in one call, not each after its

@@ -65,11 +65,6 @@ type Sequencer struct {
 	// static is set when the instance id was given: the instance is then
 	// a static member of the group (see Config.InstanceID).
 	static bool
-	// writer writes committed transactions to the store behind the poll
-	// loop (storewriter.go); overlaid counts the mutations decided since
-	// the decider's last Reset. Poll loop only.
-	writer   *storeWriter // set under mu, read by the poll loop without it
-	overlaid int
 
 	// Standbys (standby.go): ownGen counts changes of the owned
 	// partitions (under mu), standbyWake tells the standby loop of one,
@@ -277,9 +272,6 @@ func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
 func (s *Sequencer) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	_, gen := cl.GroupMetadata()
 	s.generation.Store(gen)
-	// Partitions the assignment drops (dropUnassignedLocked) get their
-	// committed transactions in the store first, as in onRevoked.
-	s.writerNow().drain()
 	// Before franz-go fetches the new partitions' offsets (takeover.go).
 	s.fenceGoneOwners(ctx, cl, assigned[s.cfg.Topics.Mutations])
 	s.mu.Lock()
@@ -322,9 +314,6 @@ func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession) kg
 }
 
 func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	// The revoked partitions' committed transactions reach the store
-	// before another writer (a standby follower) may take it.
-	s.writerNow().drain()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range revoked[s.cfg.Topics.Mutations] {
@@ -423,21 +412,14 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		// in the group, with its partitions, without a rebalance.
 		opts = append(opts, kgo.InstanceID(s.cfg.InstanceID))
 	}
-	w := newStoreWriter(s)
-	s.mu.Lock()
-	s.writer = w
-	s.mu.Unlock()
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
-		w.close()
 		return fmt.Errorf("create transactional session: %w", err)
 	}
 	defer func() {
-		// Committed transactions still reach the store; whatever this
-		// session decided but did not commit is gone, and the next one
-		// starts from the changelog.
-		s.writer.close()
-		s.resetDecider()
+		// Whatever this session decided but did not commit is gone; the
+		// next one starts from the changelog.
+		s.decider.Reset()
 		sess.Close()
 		s.dropOwnership()
 	}()
@@ -476,11 +458,6 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		})
 		if fatal != nil {
 			return fatal
-		}
-		if len(s.pendingRestores()) > 0 {
-			// A restore writes the store and changes what the decider's
-			// overlay stands on.
-			s.resetDecider()
 		}
 		waiting, err := s.restorePending(ctx, sess.Client())
 		if err != nil {
@@ -559,9 +536,6 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("%w: begin transaction: %w", errSession, err)
 	}
-	if s.writer.idle() || s.overlaid >= maxOverlaid {
-		s.resetDecider()
-	}
 	b := &batch{}
 	var decideErr error
 	outcomes := map[string]int{}
@@ -628,10 +602,14 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 			s.log.Info("transaction aborted by a rebalance; records will be decided again by their owner")
 		}
 		s.m.txnAborted.WithLabelValues(cause).Inc()
-		s.resetDecider()
+		s.decider.Reset()
 		clear(s.consumed) // the session rewinds to the committed offsets
 		return nil
 	}
+	storeStart := time.Now()
+	defer func() {
+		s.m.phase.WithLabelValues(phaseStore).Observe(time.Since(storeStart).Seconds())
+	}()
 	s.m.phase.WithLabelValues(phaseDecide).Observe(decideTime.Seconds())
 	s.m.phase.WithLabelValues(phaseWait).Observe(waitTime.Seconds())
 	s.m.phase.WithLabelValues(phaseFlush).Observe(endStart.Sub(flushStart).Seconds())
@@ -643,18 +621,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		s.m.outcomes.WithLabelValues(o).Add(float64(n))
 	}
 
-	// Committed: now, and only now, the store gets the same records, in
-	// the background: the next transaction is decided meanwhile, over the
-	// decider's overlay, which still holds this one's state.
-	s.writer.write(b)
-	s.overlaid += decided
-	return nil
-}
-
-// store writes a committed transaction's records to the store, and
-// tells Config.Committed of them; failed are the partitions not to
-// write, and gets the ones whose write fails (storeWriter).
-func (s *Sequencer) store(b *batch, failed map[int32]bool) {
+	// Committed: now, and only now, the store gets the same records.
 	byPartition := map[int32]*produced{}
 	for _, pr := range b.pending {
 		pp := byPartition[pr.kr.Partition]
@@ -666,9 +633,6 @@ func (s *Sequencer) store(b *batch, failed map[int32]bool) {
 		pp.last = max(pp.last, pr.kr.Offset)
 	}
 	for p, pp := range byPartition {
-		if failed[p] {
-			continue // a write of it failed: its restore brings this too
-		}
 		from := int64(-1)
 		if s.cfg.Committed != nil {
 			if o, err := s.cfg.Store.Applied(p); err == nil {
@@ -677,7 +641,6 @@ func (s *Sequencer) store(b *batch, failed map[int32]bool) {
 		}
 		if err := s.cfg.Store.Apply(p, pp.recs, pp.last+1); err != nil {
 			// The changelog has it; the restore will bring it into the store.
-			failed[p] = true
 			s.log.Error("apply committed records to the store; partition will be restored", "partition", p, "err", err)
 			s.mu.Lock()
 			if s.owned[p] {
@@ -696,21 +659,8 @@ func (s *Sequencer) store(b *batch, failed map[int32]bool) {
 			s.log.Error("record committed rejections in the store", "err", err)
 		}
 	}
-}
-
-// writerNow is the session's store writer, for the rebalance callbacks.
-func (s *Sequencer) writerNow() *storeWriter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writer
-}
-
-// resetDecider waits for the store writer and empties the decider's
-// overlay: the store then holds everything committed.
-func (s *Sequencer) resetDecider() {
-	s.writer.drain()
 	s.decider.Reset()
-	s.overlaid = 0
+	return nil
 }
 
 // more grows a transaction's batch with records that are already

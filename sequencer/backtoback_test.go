@@ -19,15 +19,16 @@ import (
 	"github.com/canon-sync/canon/store"
 )
 
-// TestIntegrationStoreBehind checks, on the real broker, the store
-// writer that runs one transaction behind the decisions: under a load
-// that keeps transactions back to back, every client's mutations are
-// applied once, each branch's versions are contiguous (the next
-// transaction was decided over the overlay, not over a store that had
-// not caught up), and Config.Committed hears of each write in commit
-// order, once the store holds it: the store's offset is the write's end,
-// and every version it announces is the branch's head or older.
-func TestIntegrationStoreBehind(t *testing.T) {
+// TestIntegrationBackToBack checks, on the real broker, transactions of
+// at most 8 mutations back to back over a backlog: every client's
+// mutations are applied once, each branch's versions are contiguous (each
+// transaction was decided over the state the one before left), and
+// Config.Committed hears of each write in commit order, once the store
+// holds it: the store's offset is the write's end, and every version it
+// announces is the branch's head or older. (Issue 22 tried writing the
+// store behind the next transaction's decisions; this is the test it
+// came with, kept for the next attempt at pipelining.)
+func TestIntegrationBackToBack(t *testing.T) {
 	k := testenv.NewKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -70,10 +71,9 @@ func TestIntegrationStoreBehind(t *testing.T) {
 		}
 	}
 	seq, err := sequencer.New(sequencer.Config{
-		Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-store-behind"}, Topics: e.names, Store: st,
+		Kafka: kafka.ClientConfig{Brokers: e.brokers, ClientID: "test-back-to-back"}, Topics: e.names, Store: st,
 		SessionTimeout: itSessionTimeout, TransactionTimeout: itTxnTimeout, Committed: committed,
-		// Small transactions, back to back over the backlog: each is
-		// decided while the store writes the one before.
+		// Small transactions, back to back over the backlog.
 		MaxBatchRecords: maxBatch,
 	})
 	if err != nil {
