@@ -1,6 +1,10 @@
 package sequencer
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 type metrics struct {
 	outcomes       *prometheus.CounterVec // by outcome: applied, error, duplicate, gap, rejected
@@ -35,7 +39,24 @@ type metrics struct {
 	// start.
 	standbys   prometheus.Gauge
 	standbyLag *prometheus.GaugeVec
+	// phase is the time a committed transaction spent in each phase of
+	// its cycle (docs/performance.md breaks an edit's cycle down with
+	// it); inputAge how old an input record was when a poll returned it
+	// (its producer's timestamp to the poll); requests the round trips of
+	// the session's Kafka client, by request.
+	phase    *prometheus.HistogramVec
+	inputAge prometheus.Histogram
+	requests *prometheus.HistogramVec
 }
+
+// Phases of a transaction, for metrics.phase.
+const (
+	phaseDecide = "decide" // deciding the polled records and producing the results
+	phaseWait   = "wait"   // polls for more records (PushWait, GatherWait)
+	phaseFlush  = "flush"  // until Kafka acknowledged every produced record
+	phaseEnd    = "end"    // offset commit, heartbeat and EndTxn
+	phaseStore  = "store"  // the store write and Config.Committed
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -127,11 +148,39 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Namespace: "canon", Subsystem: "sequencer", Name: "standby_lag_records",
 		Help: "Changelog offsets a standby partition's copy is behind the last stable offset, measured every 2s.",
 	}, []string{"partition"})
+	cycle := prometheus.ExponentialBuckets(0.0000625, 2, 16)
+	m.phase = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "canon", Subsystem: "sequencer", Name: "transaction_phase_seconds",
+		Help:    "Time a committed transaction spent per phase: decide, wait (for more records), flush (produce acknowledged), end (offset commit, heartbeat, EndTxn), store (write and publication).",
+		Buckets: cycle,
+	}, []string{"phase"})
+	m.inputAge = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "canon", Subsystem: "sequencer", Name: "input_age_seconds",
+		Help:    "Age of an input record when a poll returned it: from its producer's timestamp (the push's produce) to the poll.",
+		Buckets: cycle,
+	})
+	m.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "canon", Subsystem: "sequencer", Name: "kafka_request_seconds",
+		Help:    "Round trips of the transactional session's Kafka requests (write to response read), by request; a fetch includes the broker's wait for records.",
+		Buckets: cycle,
+	}, []string{"request"})
 	if reg != nil {
+		reg.MustRegister(m.phase, m.inputAge, m.requests)
 		reg.MustRegister(m.standbys, m.standbyLag)
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
 			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers, m.pushWaits,
 			m.livenessPeers, m.livenessRemovals)
 	}
 	return m
+}
+
+// requestHook records the round trips of the session's Kafka client in
+// metrics.requests.
+type requestHook struct{ m *metrics }
+
+func (h requestHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.Err() != nil {
+		return
+	}
+	h.m.requests.WithLabelValues(kmsg.NameForKey(key)).Observe(e2e.DurationE2E().Seconds())
 }

@@ -433,6 +433,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onRevoked),
+		kgo.WithHooks(requestHook{s.m}),
 	)
 	if s.static {
 		// A restart with the same id takes the place of its predecessor
@@ -493,6 +494,7 @@ func (s *Sequencer) runSession(ctx context.Context) error {
 		}
 		recs := fetches.Records()
 		s.noteConsumed(recs)
+		s.noteAge(recs)
 		if slices.ContainsFunc(recs, func(r *kgo.Record) bool { return waiting[r.Partition] }) {
 			// Records of a partition that is not restored were fetched
 			// before it was paused: deciding them could publish a version
@@ -566,7 +568,9 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	var decideErr error
 	outcomes := map[string]int{}
 	decided := 0
+	var decideTime, waitTime time.Duration
 	for len(recs) > 0 && decideErr == nil {
+		t := time.Now()
 		for _, r := range s.skipDecided(recs) {
 			outcome, err := s.handle(ctx, sess, b, r)
 			if err != nil {
@@ -576,9 +580,12 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 			outcomes[outcome]++
 		}
 		decided += len(recs)
+		t2 := time.Now()
+		decideTime += t2.Sub(t)
 		if decideErr == nil {
 			recs, decideErr = s.more(ctx, sess, decided, start, stale)
 			stale = false
+			waitTime += time.Since(t2)
 		}
 	}
 	b.mu.Lock()
@@ -588,7 +595,16 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	if decideErr != nil || perr != nil {
 		try = kgo.TryAbort
 	}
+	flushStart := time.Now()
+	if try == kgo.TryCommit {
+		// End flushes first too; flushing here separates the produce's
+		// round trip from the commit's in the metrics. An error here is
+		// the context's, which End reports.
+		_ = sess.Client().Flush(ctx)
+	}
+	endStart := time.Now()
 	committed, err := sess.End(ctx, try)
+	endTime := time.Since(endStart)
 	if err != nil {
 		// Ambiguous: the transaction may or may not have committed. Never
 		// abort or redo work that may have committed: drop the session,
@@ -618,6 +634,14 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		clear(s.consumed) // the session rewinds to the committed offsets
 		return nil
 	}
+	storeStart := time.Now()
+	defer func() {
+		s.m.phase.WithLabelValues(phaseStore).Observe(time.Since(storeStart).Seconds())
+	}()
+	s.m.phase.WithLabelValues(phaseDecide).Observe(decideTime.Seconds())
+	s.m.phase.WithLabelValues(phaseWait).Observe(waitTime.Seconds())
+	s.m.phase.WithLabelValues(phaseFlush).Observe(endStart.Sub(flushStart).Seconds())
+	s.m.phase.WithLabelValues(phaseEnd).Observe(endTime.Seconds())
 	s.m.txnSeconds.Observe(time.Since(start).Seconds())
 	s.m.batchSize.Observe(float64(decided))
 	s.m.versions.Add(float64(b.versions))
@@ -724,6 +748,7 @@ func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, de
 		}
 	}
 	s.noteConsumed(recs)
+	s.noteAge(recs)
 	// An assignment may have come between the check above and the poll:
 	// records of a partition that is not restored must not be decided.
 	pending := s.pendingRestores()
@@ -733,6 +758,14 @@ func (s *Sequencer) more(ctx context.Context, sess *kgo.GroupTransactSession, de
 		}
 	}
 	return recs, nil
+}
+
+// noteAge records how old the polled records are.
+func (s *Sequencer) noteAge(recs []*kgo.Record) {
+	now := time.Now()
+	for _, r := range recs {
+		s.m.inputAge.Observe(now.Sub(r.Timestamp).Seconds())
+	}
 }
 
 // inflightRecheck is how often a transaction waiting for records that

@@ -475,6 +475,11 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 			res.Requests[k] = d
 		}
 	}
+	// The whole exposition, for what the report does not show (the
+	// sequencer's phases, the Kafka round trips).
+	if err := r.canon.saveMetrics(ctx, filepath.Join(r.dir, "metrics.txt")); err != nil {
+		r.log.Warn("save canon's metrics", "err", err)
+	}
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}
