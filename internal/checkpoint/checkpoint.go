@@ -320,7 +320,12 @@ func (k *Bucket) readManifest(ctx context.Context, ref manifestRef) (*Manifest, 
 	case len(m.Files) == 0:
 		return nil, fmt.Errorf("%w: manifest %s names no file", ErrInvalid, ref.key)
 	}
+	names := make(map[string]bool, len(m.Files))
 	for _, f := range m.Files {
+		if names[f.Name] {
+			return nil, fmt.Errorf("%w: manifest %s names file %q twice", ErrInvalid, ref.key, f.Name)
+		}
+		names[f.Name] = true
 		if len(f.SHA256) != 64 || strings.ContainsAny(f.Name, `/\`) || f.Name == "" || f.Name[0] == '.' || f.Size < 0 {
 			return nil, fmt.Errorf("%w: manifest %s names a bad file %q (%s)", ErrInvalid, ref.key, f.Name, f.SHA256)
 		}
