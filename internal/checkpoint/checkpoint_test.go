@@ -480,4 +480,39 @@ func TestRestoreLinksLocalFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.restore("duplicate", topicID, f.next+1, m.Offset, heads)
+
+	// m's manifest replaced by one whose CRC-32C of a file is wrong (a
+	// higher generation at m's offset): nothing is restored (the check is
+	// the CRC-32C). Then one without CRC-32Cs (earlier versions):
+	// restored, checked by SHA-256.
+	ctx := context.Background()
+	if err := f.bucket.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	write := func(gen int32, writer string, files []checkpoint.File) {
+		t.Helper()
+		c := *m
+		c.Generation, c.Writer, c.Files = gen, writer, files
+		data, err := json.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := key[:strings.LastIndexByte(key, '/')+1] + fmt.Sprintf("%020d-g%010d-%s.json", c.Offset, gen, writer)
+		if err := f.bucket.WriteAll(ctx, name, data, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	badCRC := slices.Clone(m.Files)
+	badCRC[0].CRC32C = "00000000"
+	if m.Files[0].CRC32C == badCRC[0].CRC32C || m.Files[0].CRC32C == "" {
+		t.Fatalf("the checkpoint's CRC-32C is %q", m.Files[0].CRC32C)
+	}
+	write(m.Generation+1, "badcrc", badCRC)
+	f.restore("bad-crc", topicID, m.Offset, 0, nil)
+	noCRC := slices.Clone(m.Files)
+	for i := range noCRC {
+		noCRC[i].CRC32C = ""
+	}
+	write(m.Generation+2, "nocrc", noCRC)
+	f.restore("no-crc", topicID, m.Offset, m.Offset, heads)
 }
