@@ -6,11 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -259,24 +260,53 @@ func checkTable(ctx context.Context, path string, start, end, offsetKey []byte) 
 	return int64(binary.BigEndian.Uint64(v)), true, nil
 }
 
-// Table sizes of copySpan. A table ends after a key whose hash has
-// the bits of exportCutMask zero once it holds exportMinTable bytes, or at
-// exportMaxTable: boundaries depend on the keys, not on where the copy
-// started, so a key range that did not change gives the same tables.
-// Tables of tens of MiB keep a partition a handful of files that Pebble
-// places in its levels without rewriting much.
+// Table sizes of copySpan. Where an export cuts its tables decides
+// which tables a checkpoint uploads again: a table is uploaded unless the
+// bucket holds one with the same bytes, so a cut must not move when keys
+// elsewhere in the partition change. Cuts therefore depend on each
+// entry alone, never on where the table or the export started:
+//
+//   - a table holds one kind of key (one key family: versions, item
+//     entries, chunks, mutations, ...): the families change at different
+//     rates, and versions and mutations are only appended to, at the end
+//     of each branch's and each client's range, so their tables other
+//     than the last of each range stay the same;
+//   - within a family a table may end after an entry with probability
+//     (its key's and value's bytes) / exportTargetTable, decided by a
+//     hash of its key: tables of exportTargetTable bytes on average,
+//     whatever the sizes of the entries, and a cut that moves only when
+//     that entry is added, removed or resized (a move merges or splits
+//     the tables on either side of it, no others);
+//   - exportMinTable and exportMaxTable bound the sizes (a cut below the
+//     minimum is skipped, at the maximum a table ends anyway): these are
+//     the only cuts that depend on the table's start, and they are rare.
+//
+// A few MiB per table keep a change to a few versions a few MiB to
+// upload, and a partition of 1M versions some hundred files, which a
+// restore downloads in parallel and Pebble ingests in one step.
 // (Variables so that tests make many small tables.)
 var (
-	exportMinTable int64  = 16 << 20
-	exportMaxTable int64  = 128 << 20
-	exportCutMask  uint64 = 1<<16 - 1
+	exportTargetTable int64 = 4 << 20
+	exportMinTable    int64 = 256 << 10
+	exportMaxTable    int64 = 32 << 20
 )
 
-// exportCut reports whether a table may end after key.
-func exportCut(key []byte) bool {
-	h := fnv.New64a()
-	_, _ = h.Write(key)
-	return h.Sum64()&exportCutMask == 0
+// exportCut reports whether a table may end after an entry of key with
+// size bytes (key and value).
+func exportCut(key []byte, size int64) bool {
+	if size >= exportTargetTable {
+		return true
+	}
+	return xxhash.Sum64(key) < uint64(size)*(math.MaxUint64/uint64(exportTargetTable))
+}
+
+// keyKind is the kind byte of a key of a partition (keys.go), 0 for a
+// key too short to have one.
+func keyKind(key []byte) byte {
+	if len(key) <= 4 {
+		return 0
+	}
+	return key[4]
 }
 
 // copySpan writes the keys of [start, end) of src into sstables in dir,
@@ -292,12 +322,20 @@ func copySpan(ctx context.Context, src pebble.Reader, start, end []byte, dir str
 	wopts := sstable.WriterOptions{TableFormat: format}
 	var w *sstable.Writer
 	var size int64
+	var kind byte // of the table's keys
 	defer func() {
 		if w != nil {
 			_ = w.Close()
 		}
 	}()
 	for ok := it.First(); ok; ok = it.Next() {
+		if w != nil && keyKind(it.Key()) != kind {
+			err := w.Close()
+			w = nil
+			if err != nil {
+				return nil, 0, err
+			}
+		}
 		if w == nil {
 			if err := ctx.Err(); err != nil {
 				return nil, 0, err
@@ -308,7 +346,7 @@ func copySpan(ctx context.Context, src pebble.Reader, start, end []byte, dir str
 				return nil, 0, err
 			}
 			w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wopts)
-			paths, size = append(paths, path), 0
+			paths, size, kind = append(paths, path), 0, keyKind(it.Key())
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -317,9 +355,10 @@ func copySpan(ctx context.Context, src pebble.Reader, start, end []byte, dir str
 		if err := w.Set(it.Key(), v); err != nil {
 			return nil, 0, err
 		}
-		size += int64(len(it.Key()) + len(v))
+		entry := int64(len(it.Key()) + len(v))
+		size += entry
 		n++
-		if size >= exportMaxTable || (size >= exportMinTable && exportCut(it.Key())) {
+		if size >= exportMaxTable || (size >= exportMinTable && exportCut(it.Key(), entry)) {
 			err := w.Close()
 			w = nil
 			if err != nil {

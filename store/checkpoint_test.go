@@ -193,9 +193,9 @@ func TestExportTablesRepeat(t *testing.T) {
 // smallTables makes exports cut tables of a few KiB, so that small
 // partitions have many.
 func smallTables(t *testing.T) {
-	minT, maxT, mask := exportMinTable, exportMaxTable, exportCutMask
-	exportMinTable, exportMaxTable, exportCutMask = 4<<10, 64<<10, 1<<4-1
-	t.Cleanup(func() { exportMinTable, exportMaxTable, exportCutMask = minT, maxT, mask })
+	target, minT, maxT := exportTargetTable, exportMinTable, exportMaxTable
+	exportTargetTable, exportMinTable, exportMaxTable = 16<<10, 1<<10, 64<<10
+	t.Cleanup(func() { exportTargetTable, exportMinTable, exportMaxTable = target, minT, maxT })
 }
 
 // sourceStore opens a store at dir holding the first 80 of a changelog's

@@ -223,6 +223,10 @@ type Manifest struct {
 type File struct {
 	Name   string `json:"name"`   // its name in the checkpoint directory
 	SHA256 string `json:"sha256"` // lowercase hex; the object is files/SHA256
+	// CRC32C is the CRC-32C (Castagnoli) of the bytes, 8 lowercase hex
+	// digits; absent in manifests of earlier versions. A restore checks
+	// it instead of the SHA-256 when present (see checkFile).
+	CRC32C string `json:"crc32c,omitempty"`
 	Size   int64  `json:"size"`
 }
 
@@ -320,12 +324,20 @@ func (k *Bucket) readManifest(ctx context.Context, ref manifestRef) (*Manifest, 
 	case len(m.Files) == 0:
 		return nil, fmt.Errorf("%w: manifest %s names no file", ErrInvalid, ref.key)
 	}
+	names := make(map[string]bool, len(m.Files))
 	for _, f := range m.Files {
+		if names[f.Name] {
+			return nil, fmt.Errorf("%w: manifest %s names file %q twice", ErrInvalid, ref.key, f.Name)
+		}
+		names[f.Name] = true
 		if len(f.SHA256) != 64 || strings.ContainsAny(f.Name, `/\`) || f.Name == "" || f.Name[0] == '.' || f.Size < 0 {
 			return nil, fmt.Errorf("%w: manifest %s names a bad file %q (%s)", ErrInvalid, ref.key, f.Name, f.SHA256)
 		}
 		if _, err := hex.DecodeString(f.SHA256); err != nil {
 			return nil, fmt.Errorf("%w: manifest %s names a bad file hash %q", ErrInvalid, ref.key, f.SHA256)
+		}
+		if _, err := hex.DecodeString(f.CRC32C); err != nil || (f.CRC32C != "" && len(f.CRC32C) != 8) {
+			return nil, fmt.Errorf("%w: manifest %s names a bad file checksum %q", ErrInvalid, ref.key, f.CRC32C)
 		}
 	}
 	k.state.rememberManifest(ref.key, &m)

@@ -2,11 +2,13 @@ package checkpoint_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -426,4 +428,91 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("files left %d, want exactly the %d of the 2 retained checkpoints", len(got), len(want))
 	}
 	f.restore("retained", topicID, f.next, ms[3].Offset, heads)
+}
+
+// TestRestoreLinksLocalFiles: a restore from a directory bucket on the
+// store's file system hard-links the bucket's files into the store
+// rather than copying them (each is still checked against its SHA-256:
+// TestRestoreSkipsInvalid corrupts them), and a manifest that names one
+// file twice is skipped.
+func TestRestoreLinksLocalFiles(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(checkpoint.Config{})
+	f.write(2000)
+	m := f.take(k)
+	heads := f.gen.Heads()
+	f.restore("linked", topicID, f.next, m.Offset, heads)
+	tables, err := filepath.Glob(filepath.Join(f.dir, "linked", "*.sst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fl := range m.Files {
+		obj, err := os.Stat(filepath.Join(f.dir, "bucket", "canon", "files", fl.SHA256))
+		if err != nil {
+			t.Fatal(err)
+		}
+		linked := false
+		for _, tb := range tables {
+			if st, err := os.Stat(tb); err == nil && os.SameFile(obj, st) {
+				linked = true
+			}
+		}
+		if !linked {
+			t.Errorf("file %s of the checkpoint is not linked into the restored store", fl.Name)
+		}
+	}
+
+	// A manifest at a higher offset that names a file twice: skipped.
+	var key string
+	for _, o := range f.objects("canon/manifests/") {
+		if strings.Contains(o, "/"+pad(m.Offset)+"-") {
+			key = o
+		}
+	}
+	dup := *m
+	dup.Offset++
+	dup.Files = append(slices.Clone(m.Files), m.Files[0])
+	data, err := json.Marshal(&dup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.bucket.WriteAll(context.Background(), strings.Replace(key, pad(m.Offset), pad(dup.Offset), 1), data, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.restore("duplicate", topicID, f.next+1, m.Offset, heads)
+
+	// m's manifest replaced by one whose CRC-32C of a file is wrong (a
+	// higher generation at m's offset): nothing is restored (the check is
+	// the CRC-32C). Then one without CRC-32Cs (earlier versions):
+	// restored, checked by SHA-256.
+	ctx := context.Background()
+	if err := f.bucket.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	write := func(gen int32, writer string, files []checkpoint.File) {
+		t.Helper()
+		c := *m
+		c.Generation, c.Writer, c.Files = gen, writer, files
+		data, err := json.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := key[:strings.LastIndexByte(key, '/')+1] + fmt.Sprintf("%020d-g%010d-%s.json", c.Offset, gen, writer)
+		if err := f.bucket.WriteAll(ctx, name, data, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	badCRC := slices.Clone(m.Files)
+	badCRC[0].CRC32C = "00000000"
+	if m.Files[0].CRC32C == badCRC[0].CRC32C || m.Files[0].CRC32C == "" {
+		t.Fatalf("the checkpoint's CRC-32C is %q", m.Files[0].CRC32C)
+	}
+	write(m.Generation+1, "badcrc", badCRC)
+	f.restore("bad-crc", topicID, m.Offset, 0, nil)
+	noCRC := slices.Clone(m.Files)
+	for i := range noCRC {
+		noCRC[i].CRC32C = ""
+	}
+	write(m.Generation+2, "nocrc", noCRC)
+	f.restore("no-crc", topicID, m.Offset, m.Offset, heads)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -101,11 +102,11 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 // putFile uploads a file of a checkpoint unless the bucket holds it,
 // and reports whether it uploaded.
 func (k *Bucket) putFile(ctx context.Context, path, name string) (File, bool, error) {
-	sum, md5sum, size, err := hashFile(path)
+	sum, crc, md5sum, size, err := hashFile(path)
 	if err != nil {
 		return File{}, false, err
 	}
-	f := File{Name: name, SHA256: sum, Size: size}
+	f := File{Name: name, SHA256: sum, CRC32C: crc, Size: size}
 	key := k.fileKey(sum)
 	// Asked each time, not remembered: a file deleted from the bucket
 	// (by hand, or a sweep) is uploaded again by the next checkpoint.
@@ -150,17 +151,18 @@ func (k *Bucket) upload(ctx context.Context, path, key string, md5sum []byte) er
 }
 
 // hashFile reads a file once for its SHA-256 (hex: its name in the
-// bucket), its MD5 (for the upload) and its size.
-func hashFile(path string) (sum string, md5sum []byte, size int64, err error) {
+// bucket), its CRC-32C (hex: what a restore checks), its MD5 (for the
+// upload) and its size.
+func hashFile(path string) (sum, crc string, md5sum []byte, size int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", nil, 0, err
+		return "", "", nil, 0, err
 	}
 	defer f.Close()
-	h, m := sha256.New(), md5.New() //nolint:gosec // see upload
-	size, err = io.Copy(io.MultiWriter(h, m), f)
+	h, c, m := sha256.New(), crc32.New(castagnoli), md5.New() //nolint:gosec // see upload
+	size, err = io.Copy(io.MultiWriter(h, c, m), f)
 	if err != nil {
-		return "", nil, 0, err
+		return "", "", nil, 0, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), m.Sum(nil), size, nil
+	return hex.EncodeToString(h.Sum(nil)), hex.EncodeToString(c.Sum(nil)), m.Sum(nil), size, nil
 }
