@@ -325,17 +325,20 @@ const (
 )
 
 func registerStoreSyncFlag(cmd *cobra.Command, v *string) {
-	cmd.Flags().StringVar(v, "store-sync", storeSyncAlways, "when the store's writes wait for the disk: always (an fsync per sequencer transaction) "+
-		"or never (the OS writes them back; after a machine crash the store restores what it lost from canon.versions, see docs/store.md)")
+	cmd.Flags().StringVar(v, "store-sync", storeSyncNever, "when the store's writes wait for the disk: never (the OS writes them back; after a machine crash "+
+		"the store restores what it lost from canon.versions, see docs/store.md) or always (an fsync per sequencer transaction)")
 }
 
-// parseStoreSync reads --store-sync; true means no fsync.
+// parseStoreSync reads --store-sync; true means no fsync. The default is
+// never: the store is a copy of canon.versions, and each of its batches
+// carries the changelog offset it ends at, so a crash can only lose a
+// suffix that the restore reads again (docs/store.md).
 func parseStoreSync(v string) (bool, error) {
 	switch v {
-	case storeSyncAlways, "":
+	case storeSyncAlways:
 		return false, nil
-	case storeSyncNever:
+	case storeSyncNever, "":
 		return true, nil
 	}
-	return false, usageError{fmt.Errorf("--store-sync %q: pass %s or %s", v, storeSyncAlways, storeSyncNever)}
+	return false, usageError{fmt.Errorf("--store-sync %q: pass %s or %s", v, storeSyncNever, storeSyncAlways)}
 }

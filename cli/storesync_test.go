@@ -13,10 +13,10 @@ func TestParseStoreSync(t *testing.T) {
 		err    string
 	}{
 		{in: "always"},
-		{in: ""},
+		{in: "", noSync: true},
 		{in: "never", noSync: true},
-		{in: "Never", err: `--store-sync "Never": pass always or never`},
-		{in: "sometimes", err: `--store-sync "sometimes": pass always or never`},
+		{in: "Never", err: `--store-sync "Never": pass never or always`},
+		{in: "sometimes", err: `--store-sync "sometimes": pass never or always`},
 	} {
 		got, err := parseStoreSync(tc.in)
 		if tc.err != "" {

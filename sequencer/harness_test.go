@@ -104,10 +104,11 @@ type seqProc struct {
 	data string
 }
 
-// storeSync is every sequencer process's --store-sync: the kill tests
-// run with `-store-sync never` show that a store that lost its last
-// writes restores them.
-var storeSync = flag.String("store-sync", "always", "--store-sync of the sequencer processes (always or never)")
+// storeSync is every sequencer process's --store-sync: by default
+// canon's own (never), which the kill tests show restores a store that
+// lost its last writes; `-store-sync always` runs them with an fsync per
+// transaction.
+var storeSync = flag.String("store-sync", "never", "--store-sync of the sequencer processes (always or never)")
 
 func newSeqProc(t *testing.T, e *topicsEnv, name string, extra ...string) *seqProc {
 	t.Helper()
