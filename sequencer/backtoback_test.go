@@ -79,15 +79,7 @@ func TestIntegrationBackToBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	defer func() {
-		scancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer stopOK(t, runInProcess(ctx, seq))
 	canontest.Wait(t, ctx, "the sequencer ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
 	cl := followChangelog(t, e)
 

@@ -258,13 +258,10 @@ func BenchmarkSequencerThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
+	stop := runInProcess(ctx, seq)
 	seqRate := consumedRate(b, e, e.prefix+"seq", e.names.Mutations, int64(b.N))
 	b.StopTimer()
-	scancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		b.Fatal(err)
 	}
 	if got := testutil.ToFloat64(sequencer.MetricsOf(seq).Outcomes.WithLabelValues("applied")); got != float64(b.N) {
@@ -323,12 +320,9 @@ func runBenchSequencer(b *testing.B, ctx context.Context, e *topicsEnv, parts in
 	if err != nil {
 		b.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
+	stop := runInProcess(ctx, seq)
 	rate = consumedRate(b, e, e.prefix+"seq", e.names.Mutations, n)
-	scancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		b.Fatal(err)
 	}
 	return rate, testutil.ToFloat64(sequencer.MetricsOf(seq).Outcomes.WithLabelValues("applied"))

@@ -30,6 +30,7 @@ import (
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
+	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
 )
 
@@ -102,6 +103,27 @@ type seqProc struct {
 	t    *testing.T
 	name string
 	data string
+}
+
+// runInProcess runs seq in this process until the stop it returns is
+// called; stop returns what Run returned.
+func runInProcess(ctx context.Context, seq *sequencer.Sequencer) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- seq.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// stopOK stops a sequencer started by runInProcess and fails t with
+// Run's error: `defer stopOK(t, runInProcess(ctx, seq))`.
+func stopOK(t testing.TB, stop func() error) {
+	t.Helper()
+	if err := stop(); err != nil {
+		t.Errorf("sequencer run: %v", err)
+	}
 }
 
 // storeSync is every sequencer process's --store-sync: by default

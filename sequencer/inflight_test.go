@@ -49,15 +49,7 @@ func TestInflightSizesTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	defer func() {
-		scancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer stopOK(t, runInProcess(ctx, seq))
 	m := sequencer.MetricsOf(seq)
 	applied := func() float64 { return testutil.ToFloat64(m.Outcomes.WithLabelValues("applied")) }
 	waitApplied := func(n float64) time.Duration {

@@ -486,10 +486,8 @@ func TestIntegrationRestoreAfterPendingCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	defer func() { scancel(); <-done }()
+	stop := runInProcess(ctx, seq)
+	defer func() { _ = stop() }()
 	// Past its first restore attempt: either it restored (and will decide
 	// over what it restored), or it logged that it waits for the open
 	// transaction (the sequencer's message).
@@ -620,15 +618,7 @@ func TestIntegrationReadyMeansDeciding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- seq.Run(sctx) }()
-	defer func() {
-		scancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	defer stopOK(t, runInProcess(ctx, seq))
 	canontest.Wait(t, ctx, "the sequencer ready", func() (bool, error) { return seq.Ready(ctx) == nil, nil })
 
 	project := ""

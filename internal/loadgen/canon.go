@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -295,20 +296,15 @@ func (p *canonProc) scrape(ctx context.Context, line func(string) bool) error {
 
 // saveMetrics writes canon's /metrics, as it is now, to path.
 func (p *canonProc) saveMetrics(ctx context.Context, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)
-	if err != nil {
+	var b bytes.Buffer
+	if err := p.scrape(ctx, func(line string) bool {
+		b.WriteString(line)
+		b.WriteByte('\n')
+		return true
+	}); err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("read canon's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("read canon's metrics: %w", err)
-	}
-	return os.WriteFile(path, body, 0o644)
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 func tail(path string, n int) string {
