@@ -55,6 +55,7 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 		Generation: opts.Generation, Writer: k.writer, CreatedAt: time.Now().UTC()}
 	var uploaded, reused int
 	var bytes int64
+	var fresh []string // keys of the files uploaded
 	for _, path := range paths {
 		name := filepath.Base(path)
 		f, up, err := k.putFile(ctx, path, name)
@@ -65,9 +66,13 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 		if up {
 			uploaded++
 			bytes += f.Size
+			fresh = append(fresh, k.fileKey(f.SHA256))
 		} else {
 			reused++
 		}
+	}
+	if err := k.syncLocal(ctx, fresh); err != nil {
+		return nil, fmt.Errorf("checkpoint partition %d: %w", p, err)
 	}
 	if opts.beforeManifest != nil {
 		if err := opts.beforeManifest(); err != nil {
@@ -84,6 +89,9 @@ func (k *Bucket) Take(ctx context.Context, p int32, opts TakeOptions) (*Manifest
 			err = ErrExists
 		}
 		return nil, fmt.Errorf("checkpoint partition %d: write manifest %s: %w", p, key, err)
+	}
+	if err := k.syncLocal(ctx, []string{key}); err != nil {
+		return nil, fmt.Errorf("checkpoint partition %d: manifest %s: %w", p, key, err)
 	}
 	k.state.rememberManifest(key, m)
 	if mt := k.cfg.Metrics; mt != nil {
@@ -165,4 +173,44 @@ func hashFile(path string) (sum, crc string, md5sum []byte, size int64, err erro
 		return "", "", nil, 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), hex.EncodeToString(c.Sum(nil)), m.Sum(nil), size, nil
+}
+
+// syncLocal makes the objects at keys durable when the bucket is a local
+// directory (file://): the files and the directories that name them are
+// fsynced. gocloud's fileblob renames a written object into place without
+// an fsync, so a machine crash could otherwise leave a manifest naming
+// files the disk never got (a restore would find them truncated and fall
+// back to an older checkpoint), and a restore, which fsyncs what it links
+// into the store, would pay the checkpoint's writeback. Object stores
+// (S3) are durable when a write returns: nothing to do.
+func (k *Bucket) syncLocal(ctx context.Context, keys []string) error {
+	dirs := map[string]bool{}
+	for _, key := range keys {
+		var local *os.File
+		r, err := k.b.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
+			as(&local)
+			return nil
+		}})
+		if err != nil {
+			return err
+		}
+		path := ""
+		if local != nil {
+			path = local.Name()
+		}
+		_ = r.Close()
+		if path == "" {
+			return nil // not a local directory
+		}
+		if err := syncFile(path); err != nil {
+			return err
+		}
+		dirs[filepath.Dir(path)] = true
+	}
+	for dir := range dirs {
+		if err := syncFile(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
