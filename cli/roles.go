@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -344,8 +345,17 @@ func (n *node) newSequencer(st *store.Store, ckpts changelog.Checkpoints, inflig
 		}
 	}
 	liveness := n.seq.liveness
-	if liveness == "off" {
+	switch liveness {
+	case "off":
 		liveness = ""
+	case "":
+		// The interface the HTTP server listens on (the others reach
+		// this instance there already), any free port.
+		host, _, err := net.SplitHostPort(n.httpLn.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		liveness = net.JoinHostPort(host, "0")
 	}
 	return sequencer.New(sequencer.Config{
 		Kafka:  kcfg,

@@ -82,9 +82,9 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 		"sequencer instance id, unique among running instances (default: the one kept in --data, made on first start)")
 	cmd.Flags().IntVar(&f.seq.standbys, "standbys", 0,
 		"sequencer: keep this many partitions the instance does not own warm in its store, following the changelog, so that taking one over reads only the tail")
-	cmd.Flags().StringVar(&f.seq.liveness, "liveness-addr", ":0",
+	cmd.Flags().StringVar(&f.seq.liveness, "liveness-addr", "",
 		"sequencer: address of the liveness listener the other instances watch, to remove a killed instance from the group at once instead of after "+
-			"its session timeout; it reads nothing and writes only a goodbye at stop ('off' disables it)")
+			"its session timeout; it reads nothing and writes only a goodbye at stop (default: the host of --http, any free port; 'off' disables it)")
 	cmd.Flags().StringVar(&f.seq.livenessAdvertise, "liveness-advertise", "",
 		"sequencer: host:port the other instances dial for --liveness-addr (default: its host, or this host's address towards the brokers)")
 	cmd.Flags().BoolVar(&f.seq.keepOnStop, "keep-partitions-on-stop", false,
