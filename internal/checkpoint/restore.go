@@ -231,8 +231,11 @@ func (k *Bucket) download(ctx context.Context, f File, path string) error {
 	if r.Size() != f.Size {
 		return fmt.Errorf("%w: file %s (%s) has %d bytes, the manifest says %d (truncated)", ErrInvalid, f.Name, f.SHA256, r.Size(), f.Size)
 	}
-	buf := make([]byte, downloadBuffer)
 	if local != nil && os.Link(local.Name(), path) == nil {
+		if ok, err := checkMapped(f, path); ok {
+			return err
+		}
+		buf := make([]byte, downloadBuffer)
 		in, err := os.Open(path)
 		if err != nil {
 			return err
@@ -244,7 +247,7 @@ func (k *Bucket) download(ctx context.Context, f File, path string) error {
 	if err != nil {
 		return err
 	}
-	err = checkFile(f, r, out, buf)
+	err = checkFile(f, r, out, make([]byte, downloadBuffer))
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
