@@ -165,26 +165,38 @@ func spliceOffsets(q []byte, index, del int64) (from, to int, ok bool, err error
 		u += w
 		i += size
 	}
+	from, to, err = walkEnd(index, del, u, from, to, n, cutAt)
+	return from, to, true, err
+}
+
+// walkEnd ends the walk of spliceUTF16 or spliceOffsets for the UTF-16
+// offsets index and index+del over a text that ends at byte n: from and
+// to are their byte offsets (-1 when the walk did not reach them), u the
+// UTF-16 offset the walk reached, cutAt whether each falls inside a
+// surrogate pair. It returns the offsets, or what makes the splice
+// invalid. (The walks themselves stay loops of local variables: a walk
+// through a struct's methods measured 7-10% slower.)
+func walkEnd(index, del, u int64, from, to, n int, cutAt [2]bool) (int, int, error) {
 	if to < 0 {
-		// The walk reached the end of the string, whose length is now
+		// The walk reached the end of the text, whose length is now
 		// known.
 		if index > u {
-			return 0, 0, true, fmt.Errorf("index %d is out of range: the string is %d UTF-16 code units long", index, u)
+			return 0, 0, fmt.Errorf("index %d is out of range: the string is %d UTF-16 code units long", index, u)
 		}
 		if del > u-index {
-			return 0, 0, true, fmt.Errorf("deleting %d UTF-16 code units at index %d runs past the end of the string (%d code units long)", del, index, u)
+			return 0, 0, fmt.Errorf("deleting %d UTF-16 code units at index %d runs past the end of the string (%d code units long)", del, index, u)
 		}
 		if from < 0 {
 			from = n
 		}
 		to = n
 	}
-	for i, p := range [2]int64{index, last} {
+	for i, p := range [2]int64{index, index + del} {
 		if cutAt[i] {
-			return 0, 0, true, fmt.Errorf("UTF-16 offset %d falls inside a surrogate pair (a character outside the BMP counts 2)", p)
+			return 0, 0, fmt.Errorf("UTF-16 offset %d falls inside a surrogate pair (a character outside the BMP counts 2)", p)
 		}
 	}
-	return from, to, true, nil
+	return from, to, nil
 }
 
 // escapeSize is the length of the escape at the start of b if it is one
@@ -253,24 +265,9 @@ func spliceUTF16(s string, index, del int64, ins string) (string, error) {
 		}
 		u += w
 	}
-	if end < 0 {
-		// The walk reached the end of s, whose length is now known.
-		n := u
-		if index > n {
-			return "", fmt.Errorf("index %d is out of range: the string is %d UTF-16 code units long", index, n)
-		}
-		if del > n-index {
-			return "", fmt.Errorf("deleting %d UTF-16 code units at index %d runs past the end of the string (%d code units long)", del, index, n)
-		}
-		if start < 0 {
-			start = len(s)
-		}
-		end = len(s)
-	}
-	for i, p := range [2]int64{index, last} {
-		if cutAt[i] {
-			return "", fmt.Errorf("UTF-16 offset %d falls inside a surrogate pair (a character outside the BMP counts 2)", p)
-		}
+	start, end, err := walkEnd(index, del, u, start, end, len(s), cutAt)
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	b.Grow(start + len(ins) + len(s) - end)
