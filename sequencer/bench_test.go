@@ -27,6 +27,7 @@ import (
 
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
+	"github.com/canon-sync/canon/model/modeltest"
 	"github.com/canon-sync/canon/schemas"
 	"github.com/canon-sync/canon/sequencer"
 	"github.com/canon-sync/canon/store"
@@ -38,30 +39,8 @@ func benchMutations(b testing.TB, e *topicsEnv, n, dataBytes int) {
 	benchMutationsNamed(b, e, n, dataBytes, "item.")
 }
 
-// benchBundle is the built-ins' logic as JavaScript mutators (a
-// shallow merge for the patch, which is what benchMutations' patches
-// need), for benchMutationsNamed(…, "task."): the same decisions, by the
-// JavaScript engine.
-const benchBundle = `export default {
-  "task.put": (tx, a) => { tx.put(a.collection, a.id, a.data); },
-  "task.patch": (tx, a) => {
-    const it = tx.get(a.collection, a.id);
-    if (!it) { const e = new Error("no item " + a.id); e.code = "not_found"; throw e; }
-    Object.assign(it.data, a.data);
-    tx.put(a.collection, a.id, it.data, it.meta);
-  },
-  "task.splice": (tx, a) => {
-    const it = tx.get(a.collection, a.id);
-    if (!it) { const e = new Error("no item " + a.id); e.code = "not_found"; throw e; }
-    const s = it.data.text;
-    it.data.text = s.slice(0, a.index) + a.insert + s.slice(a.index + a.delete);
-    tx.put(a.collection, a.id, it.data, it.meta);
-  },
-};
-`
-
 // benchMutationsNamed is benchMutations with the mutators' names under
-// prefix: "item." for the built-ins, "task." for benchBundle's.
+// prefix: "item." for the built-ins, "task." for modeltest.TasksBundle's.
 func benchMutationsNamed(b testing.TB, e *topicsEnv, n, dataBytes int, prefix string) {
 	b.Helper()
 	const clients, projects = 200, 100
@@ -220,14 +199,14 @@ func pipe(ctx context.Context, brokers []string, group, in, out string) error {
 // one in-process Sequencer, and the rate of the plain pipe over the same
 // records; ratio is sequencer/pipe. In the same run, js_mut/s and
 // js_ratio are the same mutations decided by JavaScript mutators (an
-// org deploy of benchBundle before them), on topics of their own.
+// org deploy of modeltest.TasksBundle before them), on topics of their own.
 func BenchmarkSequencerThroughput(b *testing.B) {
 	k := testenv.NewKafka(b)
 	const parts = 12
 	e := newTopicsEnv(b, k.Brokers, parts)
 	benchMutations(b, e, b.N, 1000)
 	js := newTopicsEnv(b, k.Brokers, parts)
-	deployAll(b, js, benchBundle)
+	deployAll(b, js, modeltest.TasksBundle)
 	benchMutationsNamed(b, js, b.N, 1000, "task.")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -235,29 +235,10 @@ func rss(b *testing.B) int64 {
 	return res * int64(os.Getpagesize())
 }
 
-// tasksJS is the built-ins' logic as JavaScript mutators, the bundle of
-// the sequencer's BenchmarkSequencerThroughput.
-const tasksJS = `export default {
-  "task.put": (tx, a) => { tx.put(a.collection, a.id, a.data); },
-  "task.patch": (tx, a) => {
-    const it = tx.get(a.collection, a.id);
-    if (!it) { const e = new Error("no item " + a.id); e.code = "not_found"; throw e; }
-    Object.assign(it.data, a.data);
-    tx.put(a.collection, a.id, it.data, it.meta);
-  },
-  "task.splice": (tx, a) => {
-    const it = tx.get(a.collection, a.id);
-    if (!it) { const e = new Error("no item " + a.id); e.code = "not_found"; throw e; }
-    const s = it.data.text;
-    it.data.text = s.slice(0, a.index) + a.insert + s.slice(a.index + a.delete);
-    tx.put(a.collection, a.id, it.data, it.meta);
-  },
-};`
-
 // tasksWorld decides the sequencer benchmark's mix of mutations (puts of
 // bodies of about 1 KB, patches and splices of them; one third each)
-// with the built-ins (prefix "item.") or tasksJS ("task."), in batches
-// of 100 between Resets, as the sequencer does.
+// with the built-ins (prefix "item.") or modeltest.TasksBundle
+// ("task."), in batches of 100 between Resets, as the sequencer does.
 type tasksWorld struct {
 	dec  *model.Decider
 	recs []model.MutationRecord
@@ -267,7 +248,7 @@ type tasksWorld struct {
 func newTasksWorld(b *testing.B, prefix string) *tasksWorld {
 	reg := model.NewRegistry()
 	if prefix == "task." {
-		js := compile(b, tasksJS, bundle.Options{})
+		js := compile(b, modeltest.TasksBundle, bundle.Options{})
 		for _, n := range js.Names() {
 			m, _ := js.Mutator(n)
 			if err := reg.Register(n, m); err != nil {
@@ -325,8 +306,8 @@ func (w *tasksWorld) decide(b *testing.B) {
 }
 
 // BenchmarkDecideTasksRatio decides the sequencer benchmark's mix with the
-// built-ins and with tasksJS alternately and reports the cost of each and
-// their ratio.
+// built-ins and with modeltest.TasksBundle alternately and reports the
+// cost of each and their ratio.
 func BenchmarkDecideTasksRatio(b *testing.B) {
 	goW := newTasksWorld(b, "item.")
 	jsW := newTasksWorld(b, "task.")
