@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/checkpoint"
@@ -69,11 +68,7 @@ func (n *node) checkpointRunner(k *checkpoint.Bucket, owned func() []int32, gene
 		TopicID: func(ctx context.Context) (string, error) {
 			kcfg := n.kcfg
 			kcfg.ClientID = "canon-checkpoint"
-			opts, err := kcfg.Opts()
-			if err != nil {
-				return "", err
-			}
-			cl, err := kgo.NewClient(opts...)
+			cl, err := kcfg.NewClient()
 			if err != nil {
 				return "", err
 			}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/schemas"
@@ -70,11 +69,7 @@ func (h *history) setJob(kind string) {
 // also follows canon.rejected from its end, for the outcomes of what the
 // job will produce.
 func readHistory(ctx context.Context, cfg Config, followRejected bool, projects ...ProjectRef) (*history, error) {
-	opts, err := cfg.Kafka.Aux("admin").Opts()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := cfg.Kafka.Aux("admin").NewClient()
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

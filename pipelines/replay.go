@@ -242,11 +242,7 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]
 	}
 	topic := h.cfg.Topics.Mutations
 	p := h.projects[src.ProjectRef]
-	opts, err := h.cfg.Kafka.Aux("raw").Opts()
-	if err != nil {
-		return nil, 0, 0, 0, err
-	}
-	admCl, err := kgo.NewClient(opts...)
+	admCl, err := h.cfg.Kafka.Aux("raw").NewClient()
 	if err != nil {
 		return nil, 0, 0, 0, err
 	}
@@ -296,10 +292,10 @@ func (h *history) rawSteps(ctx context.Context, src BranchRef, rng RawRange) ([]
 	if lo >= hi {
 		return nil, lo, hi, 0, optionErrorf("%s[%d] has no records in the range [%d, %d) (it holds offsets %d to %d): check {Raw.FromOffset}, {Raw.ToOffset}, {Raw.Since} and {Raw.Until}", topic, p, lo, hi, first, end-1)
 	}
-	cl, err := kgo.NewClient(append(opts,
+	cl, err := h.cfg.Kafka.Aux("raw").NewClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(lo)}}),
 		kgo.FetchMaxBytes(64<<20),
-	)...)
+	)
 	if err != nil {
 		return nil, 0, 0, 0, err
 	}

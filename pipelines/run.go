@@ -274,11 +274,7 @@ func (h *history) produceAndWait(ctx context.Context, target BranchRef, steps []
 // produce writes the steps todo (indexes into steps) to partition p of
 // canon.mutations and returns their offsets.
 func (h *history) produce(ctx context.Context, p int32, steps []step, todo []int) ([]int64, error) {
-	opts, err := h.cfg.Kafka.Opts()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(append(opts,
+	cl, err := h.cfg.Kafka.NewClient(
 		kgo.DefaultProduceTopic(h.cfg.Topics.Mutations),
 		// Idempotent (franz-go's default) with acks=all: the records are
 		// written once each, in order.
@@ -287,7 +283,7 @@ func (h *history) produce(ctx context.Context, p int32, steps []step, todo []int
 		// The partition is the one schemas.Partition picks, set on each
 		// record.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	)...)
+	)
 	if err != nil {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/schemas"
@@ -207,12 +206,7 @@ func (w *watcher) run(ctx context.Context, startTimeout time.Duration) error {
 	case <-ctx.Done():
 		return nil
 	}
-	aux := w.cfg.Kafka.Aux("watch")
-	opts, err := aux.Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := w.cfg.Kafka.Aux("watch").NewClient()
 	if err != nil {
 		return err
 	}

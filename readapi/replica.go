@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/canon-sync/canon/internal/changelog"
 	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/schemas"
@@ -195,11 +193,7 @@ func (r *Replica) Run(ctx context.Context) error {
 
 // rejectedPartitions reads the partition count of canon.rejected.
 func (r *Replica) rejectedPartitions(ctx context.Context) (int32, error) {
-	opts, err := r.cfg.Kafka.Aux("counts").Opts()
-	if err != nil {
-		return 0, err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := r.cfg.Kafka.Aux("counts").NewClient()
 	if err != nil {
 		return 0, fmt.Errorf("kafka client: %w", err)
 	}

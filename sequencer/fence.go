@@ -172,11 +172,7 @@ func (s *Sequencer) fenceAbandoned(ctx context.Context, cl *kgo.Client, p int32)
 // once the abort is complete. A transaction whose commit had begun is
 // completed instead: nothing that may have committed is aborted.
 func (s *Sequencer) fence(ctx context.Context, txnID string) error {
-	opts, err := s.cfg.Kafka.Aux("fence").Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(append(opts, kgo.TransactionalID(txnID), kgo.TransactionTimeout(s.cfg.TransactionTimeout))...)
+	cl, err := s.cfg.Kafka.Aux("fence").NewClient(kgo.TransactionalID(txnID), kgo.TransactionTimeout(s.cfg.TransactionTimeout))
 	if err != nil {
 		return err
 	}

@@ -214,16 +214,13 @@ func (l *liveness) poke() {
 }
 
 func (l *liveness) watchLoop(ctx context.Context) {
-	opts, err := l.s.cfg.Kafka.Aux("liveness").Opts()
-	if err == nil {
-		var adm *kgo.Client
-		if adm, err = kgo.NewClient(opts...); err == nil {
-			defer adm.Close()
-			l.watchMembers(ctx, adm)
-			return
-		}
+	adm, err := l.s.cfg.Kafka.Aux("liveness").NewClient()
+	if err != nil {
+		l.log.Error("liveness watches not started: a killed instance is removed at its session timeout only", "err", err)
+		return
 	}
-	l.log.Error("liveness watches not started: a killed instance is removed at its session timeout only", "err", err)
+	defer adm.Close()
+	l.watchMembers(ctx, adm)
 }
 
 func (l *liveness) watchMembers(ctx context.Context, adm *kgo.Client) {
@@ -512,12 +509,7 @@ func (s *Sequencer) leaveOnStop() {
 	if !s.static || s.cfg.KeepPartitionsOnStop || member == "" {
 		return
 	}
-	opts, err := s.cfg.Kafka.Aux("leave").Opts()
-	if err != nil {
-		s.log.Warn("leave the group at stop; the partitions move at the session timeout", "err", err)
-		return
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := s.cfg.Kafka.Aux("leave").NewClient()
 	if err != nil {
 		s.log.Warn("leave the group at stop; the partitions move at the session timeout", "err", err)
 		return

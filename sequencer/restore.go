@@ -316,16 +316,12 @@ func (s *Sequencer) lastRejectedSource(ctx context.Context, cl *kgo.Client, p in
 // readRange calls fn with every committed data record of topic[p] from
 // offset `from` up to `end`, a last stable offset.
 func (s *Sequencer) readRange(ctx context.Context, topic string, p int32, from, end int64, fn func(*kgo.Record)) error {
-	opts, err := s.cfg.Kafka.Aux("restore").Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(append(opts,
+	cl, err := s.cfg.Kafka.Aux("restore").NewClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Commit markers tell the position exactly: end may follow one.
 		kgo.KeepControlRecords(),
-	)...)
+	)
 	if err != nil {
 		return err
 	}

@@ -268,11 +268,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 }
 
 func (s *Sequencer) readPartitionCounts(ctx context.Context) error {
-	opts, err := s.cfg.Kafka.Aux("metadata").Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := s.cfg.Kafka.Aux("metadata").NewClient()
 	if err != nil {
 		return err
 	}

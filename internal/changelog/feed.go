@@ -320,11 +320,7 @@ func (f *Feed) run(ctx context.Context) error {
 
 // open reads where to start and opens the tail there.
 func (f *Feed) open(ctx context.Context) (*Tail, error) {
-	opts, err := f.cfg.Kafka.Aux("feed").Opts()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := f.cfg.Kafka.Aux("feed").NewClient()
 	if err != nil {
 		return nil, fmt.Errorf("changelog: kafka client: %w", err)
 	}

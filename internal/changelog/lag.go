@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
 )
@@ -53,11 +52,7 @@ func (w *LagWatch) Lags() map[int32]int64 {
 
 // Run measures every LagInterval until ctx ends.
 func (w *LagWatch) Run(ctx context.Context) error {
-	opts, err := w.Kafka.Aux("lag").Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := w.Kafka.Aux("lag").NewClient()
 	if err != nil {
 		return fmt.Errorf("kafka client for the changelog's lag: %w", err)
 	}

@@ -52,6 +52,15 @@ func (c ClientConfig) Aux(purpose string) ClientConfig {
 	return c
 }
 
+// NewClient returns a franz-go client with c's options, then extra.
+func (c ClientConfig) NewClient(extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := c.Opts()
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(opts, extra...)...)
+}
+
 // Opts returns the kgo options for cfg, to which a component adds its own.
 func (c ClientConfig) Opts() ([]kgo.Opt, error) {
 	if len(c.Brokers) == 0 {

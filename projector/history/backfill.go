@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/kafka"
 )
@@ -37,11 +36,7 @@ func Backfill(ctx context.Context, cfg Config, interval time.Duration, report fu
 	}
 	cfg.defaults()
 	t0 := time.Now()
-	opts, err := cfg.Kafka.Aux("backfill").Opts()
-	if err != nil {
-		return Progress{}, err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := cfg.Kafka.Aux("backfill").NewClient()
 	if err != nil {
 		return Progress{}, fmt.Errorf("backfill: kafka client: %w", err)
 	}
@@ -139,11 +134,7 @@ func Backfill(ctx context.Context, cfg Config, interval time.Duration, report fu
 // DeleteGroup deletes a backfill's consumer group once it completed. A
 // group that is already gone is no error.
 func DeleteGroup(ctx context.Context, kcfg kafka.ClientConfig, group string) error {
-	opts, err := kcfg.Aux("admin").Opts()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kcfg.Aux("admin").NewClient()
 	if err != nil {
 		return err
 	}
