@@ -219,11 +219,7 @@ func syncFile(path string) error {
 // replaced meanwhile cannot slip in unchecked. Otherwise (another file
 // system, S3) the object is streamed to path and hashed on the way.
 func (k *Bucket) download(ctx context.Context, f File, path string) error {
-	var local *os.File
-	r, err := k.b.NewReader(ctx, k.fileKey(f.SHA256), &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
-		as(&local)
-		return nil
-	}})
+	r, local, err := k.openObject(ctx, k.fileKey(f.SHA256))
 	if err != nil {
 		return fmt.Errorf("%w: file %s (%s): %w", ErrInvalid, f.Name, f.SHA256, err)
 	}
@@ -231,7 +227,7 @@ func (k *Bucket) download(ctx context.Context, f File, path string) error {
 	if r.Size() != f.Size {
 		return fmt.Errorf("%w: file %s (%s) has %d bytes, the manifest says %d (truncated)", ErrInvalid, f.Name, f.SHA256, r.Size(), f.Size)
 	}
-	if local != nil && os.Link(local.Name(), path) == nil {
+	if local != "" && os.Link(local, path) == nil {
 		if ok, err := checkMapped(f, path); ok {
 			return err
 		}
@@ -252,6 +248,23 @@ func (k *Bucket) download(ctx context.Context, f File, path string) error {
 		err = cerr
 	}
 	return err
+}
+
+// openObject opens the object at key, and names the file behind it when
+// the bucket is a local directory (file://): "" otherwise.
+func (k *Bucket) openObject(ctx context.Context, key string) (r *blob.Reader, local string, err error) {
+	var f *os.File
+	r, err = k.b.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
+		as(&f)
+		return nil
+	}})
+	if err != nil {
+		return nil, "", err
+	}
+	if f != nil {
+		local = f.Name()
+	}
+	return r, local, nil
 }
 
 // castagnoli is the CRC-32C table (hardware-accelerated on amd64 and

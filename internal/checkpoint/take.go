@@ -186,17 +186,9 @@ func hashFile(path string) (sum, crc string, md5sum []byte, size int64, err erro
 func (k *Bucket) syncLocal(ctx context.Context, keys []string) error {
 	dirs := map[string]bool{}
 	for _, key := range keys {
-		var local *os.File
-		r, err := k.b.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
-			as(&local)
-			return nil
-		}})
+		r, path, err := k.openObject(ctx, key)
 		if err != nil {
 			return err
-		}
-		path := ""
-		if local != nil {
-			path = local.Name()
 		}
 		_ = r.Close()
 		if path == "" {
