@@ -437,6 +437,13 @@ export class Canon<M extends Mutators = Mutators> {
     ws?.close(1000);
     this.setStatus('closed');
     await this.loaded.catch(() => {});
+    // Tasks queued before the close (a mutation's record, the rest of a
+    // version whose first outcome made a listener call close) finish
+    // first, so that what they write is in the storage; versions not yet
+    // applied are not applied any more (receive). Otherwise the next
+    // session would find mutations pending whose outcomes this one
+    // already reported, and report them a second time.
+    await new Promise<void>(r => this.enqueue(r));
     await this.persistChain.catch(() => {});
     this.storage?.close?.();
   }
@@ -899,7 +906,9 @@ export class Canon<M extends Mutators = Mutators> {
         () =>
           new Promise<void>(resolve =>
             this.enqueue(() => {
-              if (epoch === this.epoch && v.version === this.canon.version + 1) {
+              // Nothing is applied after close: the storage may be closed,
+              // and the next session learns these outcomes instead.
+              if (!this.closed && epoch === this.epoch && v.version === this.canon.version + 1) {
                 this.applyVersion(v);
               }
               resolve();
