@@ -300,9 +300,9 @@ func (n *node) run(ctx context.Context, components []component) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	var h http.Handler = n.mux
+	h := httpapi.Routes(n.mux)
 	if n.cors != nil {
-		h = n.cors.Handler(n.mux)
+		h = n.cors.Handler(h)
 	}
 	g.Go(func() error { return ops.Serve(gctx, n.httpLn, h, n.log, 10*time.Second, ops.Timeouts{}) })
 	for _, c := range components {

@@ -57,6 +57,8 @@ const (
 	CodeBlobNotFound       = "blob_not_found"        // 404: the project holds no body or chunk of that hash
 	CodeMutationNotFound   = "mutation_not_found"    // 404: a decided mutation without a record (store damaged)
 	CodeNoBundle           = "no_bundle"             // 404: no mutator bundle is deployed for the project or its org
+	CodeNoRoute            = "no_route"              // 404: no endpoint has that path
+	CodeMethod             = "method_not_allowed"    // 405: the endpoint takes other methods (Allow lists them)
 	CodeRequestTimeout     = "request_timeout"       // 408: the body did not arrive within the server's read timeout
 	CodeGroupOwned         = "client_group_owned"    // 409: the client group belongs to another principal
 	CodeClientOwned        = "client_in_other_group" // 409: the client belongs to another client group

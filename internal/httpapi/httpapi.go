@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 
@@ -75,4 +76,58 @@ func AuthError(err error, hints AuthHints) *wire.Error {
 		return &wire.Error{Status: http.StatusUnauthorized, Code: wire.CodeUnauthenticated, Message: err.Error(),
 			Hint: "get a valid, unexpired token"}
 	}
+}
+
+// Routes serves mux, and answers the requests it has no route for as
+// the APIs answer their errors: JSON, 404 no_route for a path no
+// endpoint has, 405 method_not_allowed (with Allow) for a method the
+// endpoint does not take, instead of the mux's plain text. Its
+// redirects (a path to clean, a missing trailing slash) stay as they are.
+func Routes(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r) // sets the request's pattern and path values
+			return
+		}
+		rec := &recorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusNotFound:
+			WriteError(w, &wire.Error{Status: http.StatusNotFound, Code: wire.CodeNoRoute,
+				Message: "no endpoint at " + r.URL.Path,
+				Hint:    "check the path against the API reference (docs/openapi.yaml); paths start with /v1/"})
+		case http.StatusMethodNotAllowed:
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			WriteError(w, &wire.Error{Status: http.StatusMethodNotAllowed, Code: wire.CodeMethod,
+				Message: r.Method + " is not a method of " + r.URL.Path,
+				Hint:    "use " + allow})
+		default:
+			maps.Copy(w.Header(), rec.header)
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body)
+		}
+	})
+}
+
+// recorder keeps what the mux answers a request it has no route for.
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	r.body = append(r.body, b...)
+	return len(b), nil
 }

@@ -99,3 +99,56 @@ func TestInternal(t *testing.T) {
 		t.Errorf("request ids %q and %q: want two different ones of 16 hex digits", a, b)
 	}
 }
+
+func TestRoutes(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/projects/{org}/{project}/push", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprint(w, "pushed to ", r.PathValue("project"))
+	})
+	mux.HandleFunc("GET /ui/", func(w http.ResponseWriter, r *http.Request) { _, _ = fmt.Fprint(w, "ui") })
+	h := Routes(mux)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code, allow  string
+		body         string
+	}{
+		{"POST", "/v1/projects/o/p/push", 200, "", "", "pushed to p"},
+		{"GET", "/ui/anything", 200, "", "", "ui"},
+		{"GET", "/v1/nope", 404, wire.CodeNoRoute, "", ""},
+		{"GET", "/v1/projects/o/p/push", 405, wire.CodeMethod, "POST", ""},
+		{"GET", "/ui", 0, "", "", ""}, // the mux's redirect to /ui/ stays
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if tc.status == 0 {
+			plain := httptest.NewRecorder()
+			mux.ServeHTTP(plain, httptest.NewRequest(tc.method, tc.path, nil))
+			if rec.Code != plain.Code || rec.Header().Get("Location") != "/ui/" || rec.Body.String() != plain.Body.String() {
+				t.Errorf("%s %s: %d %v %q, the mux answers %d %v %q", tc.method, tc.path,
+					rec.Code, rec.Header(), rec.Body, plain.Code, plain.Header(), plain.Body)
+			}
+			continue
+		}
+		if rec.Code != tc.status {
+			t.Errorf("%s %s: status %d, want %d", tc.method, tc.path, rec.Code, tc.status)
+			continue
+		}
+		if tc.code == "" {
+			if tc.body != "" && rec.Body.String() != tc.body {
+				t.Errorf("%s %s: body %q, want %q", tc.method, tc.path, rec.Body, tc.body)
+			}
+			continue
+		}
+		var body wire.ErrorAnswer
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error == nil {
+			t.Fatalf("%s %s: body %q: %v", tc.method, tc.path, rec.Body, err)
+		}
+		if body.Error.Code != tc.code || !strings.Contains(body.Error.Message, tc.path) || body.Error.Hint == "" {
+			t.Errorf("%s %s: error %+v", tc.method, tc.path, body.Error)
+		}
+		if rec.Header().Get("Content-Type") != "application/json" || rec.Header().Get("Allow") != tc.allow {
+			t.Errorf("%s %s: headers %v", tc.method, tc.path, rec.Header())
+		}
+	}
+}

@@ -10,7 +10,7 @@ export type JSON = JSONValue;
 
 export type Error = {
   error: {
-    code: "invalid_field" | "malformed_json" | "unauthenticated" | "forbidden" | "branch_not_found" | "version_not_found" | "item_not_found" | "blob_not_found" | "mutation_not_found" | "too_large" | "unsupported_media" | "partition_not_served" | "internal" | "empty_batch" | "rate_limited" | "kafka_unavailable" | "unsupported_version" | "client_group_owned" | "client_in_other_group" | "wait_unavailable" | "request_timeout" | "origin_not_allowed" | "invalid_bundle" | "no_bundle";
+    code: "invalid_field" | "malformed_json" | "unauthenticated" | "forbidden" | "branch_not_found" | "version_not_found" | "item_not_found" | "blob_not_found" | "mutation_not_found" | "too_large" | "unsupported_media" | "partition_not_served" | "internal" | "empty_batch" | "rate_limited" | "kafka_unavailable" | "unsupported_version" | "client_group_owned" | "client_in_other_group" | "wait_unavailable" | "request_timeout" | "origin_not_allowed" | "invalid_bundle" | "no_bundle" | "no_route" | "method_not_allowed";
     message: string;
     /** The parameter at fault */
     field?: string;
