@@ -359,27 +359,38 @@ type itemsMember struct {
 func (s *itemsMember) walk(d []byte, at, depth int) (int, bool) {
 	s.vals, s.err = []ItemChange{}, nil
 	var v itemMembers
+	return walkObjects(d, at, depth, "items", &s.err, func(at, i int) (int, bool) {
+		v = itemMembers{}
+		end, ok := v.walk(d, at, depth+1)
+		if ok && s.err == nil {
+			var it ItemChange
+			if s.err = parseItem(&v, element("items", i), &it); s.err == nil {
+				s.vals = append(s.vals, it)
+			}
+		}
+		return end, ok
+	})
+}
+
+// walkObjects walks an array whose elements must be objects: each is
+// walked by object (which returns its end, or false at a fault of the
+// JSON text), and the first element that is not an object is err, named
+// by the array's name and its index.
+func walkObjects(d []byte, at, depth int, name string, err *error, object func(at, i int) (int, bool)) (int, bool) {
 	n := 0
 	return JSONElements(d, at, depth, func(at int) int {
 		i := n
 		n++
 		if at >= len(d) || d[at] != '{' {
 			end, _ := CheckJSONValue(d, at, depth+1)
-			if end >= 0 && s.err == nil {
-				s.err = top.errorf("items["+strconv.Itoa(i)+"]", "must be an object, got %s", got(d[at:end]))
+			if end >= 0 && *err == nil {
+				*err = top.errorf(name+"["+strconv.Itoa(i)+"]", "must be an object, got %s", got(d[at:end]))
 			}
 			return end
 		}
-		v = itemMembers{}
-		end, ok := v.walk(d, at, depth+1)
+		end, ok := object(at, i)
 		if !ok {
 			return -1
-		}
-		if s.err == nil {
-			var it ItemChange
-			if s.err = parseItem(&v, element("items", i), &it); s.err == nil {
-				s.vals = append(s.vals, it)
-			}
 		}
 		return end
 	})
@@ -448,29 +459,16 @@ type outcomesMember struct {
 func (s *outcomesMember) walk(d []byte, at, depth int) (int, bool) {
 	s.vals, s.err = nil, nil
 	var v outcomeMembers
-	n := 0
-	return JSONElements(d, at, depth, func(at int) int {
-		i := n
-		n++
-		if at >= len(d) || d[at] != '{' {
-			end, _ := CheckJSONValue(d, at, depth+1)
-			if end >= 0 && s.err == nil {
-				s.err = top.errorf("mutations["+strconv.Itoa(i)+"]", "must be an object, got %s", got(d[at:end]))
-			}
-			return end
-		}
+	return walkObjects(d, at, depth, "mutations", &s.err, func(at, i int) (int, bool) {
 		v = outcomeMembers{}
 		end, ok := v.walk(d, at, depth+1)
-		if !ok {
-			return -1
-		}
-		if s.err == nil {
+		if ok && s.err == nil {
 			var o Outcome
 			if s.err = parseOutcome(&v, element("mutations", i), &o); s.err == nil {
 				s.vals = append(s.vals, o)
 			}
 		}
-		return end
+		return end, ok
 	})
 }
 
