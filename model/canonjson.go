@@ -108,10 +108,8 @@ func firstUnit(r rune) rune {
 	return r
 }
 
-// appendString appends s as a canonical JSON string (RFC 8785 3.2.2.2):
-// '"', '\' and control characters escaped, the five of them with a short
-// form so, the others as \u00xx; every other character as it is. s is
-// valid UTF-8.
+// appendString appends s as a canonical JSON string (RFC 8785 3.2.2.2).
+// s is valid UTF-8.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	return append(appendEscaped(dst, s), '"')
@@ -120,30 +118,7 @@ func appendString(dst []byte, s string) []byte {
 // appendEscaped appends the inside of appendString's string: s without
 // the quotes.
 func appendEscaped(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			if c < 0x20 {
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			} else {
-				dst = append(dst, c)
-			}
-		}
-	}
-	return dst
+	return schemas.AppendCanonicalJSONEscaped(dst, s)
 }
 
 // maxQuickDepth bounds the nesting that isCanonical walks; deeper text

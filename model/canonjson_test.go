@@ -178,3 +178,19 @@ func FuzzCanonical(f *testing.F) {
 		checkCanonical(t, in)
 	})
 }
+
+// BenchmarkAppendString writes a 100 KiB text of prose: mostly ASCII, a
+// line break and a quote now and then, some accented letters.
+func BenchmarkAppendString(b *testing.B) {
+	const line = "Le cœur a ses raisons que la raison ne connaît point: \"Pascal\", Pensées.\n"
+	var text []byte
+	for len(text) < 100<<10 {
+		text = append(text, line...)
+	}
+	s := string(text)
+	buf := make([]byte, 0, 2*len(s))
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		buf = appendString(buf[:0], s)
+	}
+}

@@ -496,11 +496,39 @@ const hexDigits = "0123456789abcdef"
 // escapes U+2028 and U+2029 either way and writes invalid UTF-8 as
 // U+FFFD.
 func AppendJSONString(b []byte, s string, escapeHTML bool) []byte {
+	e := escapeEncoder
+	if escapeHTML {
+		e = escapeMarshal
+	}
 	b = append(b, '"')
+	return append(appendEscaped(b, s, e), '"')
+}
+
+// AppendCanonicalJSONEscaped appends the inside of s's canonical JSON
+// string (RFC 8785 3.2.2.2), without the quotes: only '"', '\\' and the
+// control characters escaped (the five with a short form so, the others as
+// \u00xx), every other character as it is. s must be valid UTF-8.
+func AppendCanonicalJSONEscaped(b []byte, s string) []byte {
+	return appendEscaped(b, s, escapeCanonical)
+}
+
+// escaping is how appendEscaped writes a string.
+type escaping uint8
+
+const (
+	escapeEncoder   escaping = iota // an Encoder without HTML escaping
+	escapeMarshal                   // json.Marshal: also <, > and &
+	escapeCanonical                 // RFC 8785: the mandatory escapes only
+)
+
+// appendEscaped appends the inside of s's JSON string written as e says.
+// Runs of characters that need no escape are copied at once.
+func appendEscaped(b []byte, s string, e escaping) []byte {
 	start := 0
 	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (!escapeHTML || c != '<' && c != '>' && c != '&') {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && (e != escapeMarshal || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}
@@ -525,6 +553,10 @@ func AppendJSONString(b []byte, s string, escapeHTML bool) []byte {
 			start = i
 			continue
 		}
+		if e == escapeCanonical {
+			i++ // valid UTF-8, written as it is
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
@@ -540,6 +572,5 @@ func AppendJSONString(b []byte, s string, escapeHTML bool) []byte {
 		i += size
 		start = i
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }
