@@ -252,7 +252,7 @@ func New(cfg Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
 	if cfg.ProduceRounds {
-		p.rounds = &rounds{cl: cl, limit: roundLimit}
+		p.rounds = &rounds{cl: cl, limit: roundLimit, m: p.m}
 	}
 	if cfg.Partitions > 0 {
 		if p.watch, err = newWatcher(&p.cfg); err != nil {
