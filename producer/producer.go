@@ -374,5 +374,50 @@ func (p *Producer) send(ctx context.Context, recs []*kgo.Record) error {
 	if p.rounds != nil {
 		return p.rounds.produce(ctx, recs)
 	}
-	return p.cl.ProduceSync(ctx, recs...).FirstErr()
+	return produceDirect(ctx, p.cl, recs)
+}
+
+// produceDirect produces recs at once and waits for their
+// acknowledgements, or until ctx ends. Unlike ProduceSync, which waits
+// for a record in flight however long the broker takes to answer (the
+// idempotent producer cannot fail it), it returns at ctx's end; the
+// records may still be written, and the retried push is deduplicated.
+func produceDirect(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var (
+		mu    sync.Mutex
+		first error
+		left  = len(recs)
+		done  = make(chan struct{})
+	)
+	for _, rec := range recs {
+		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			if left--; left == 0 {
+				close(done)
+			}
+		})
+	}
+	result := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+	select {
+	case <-done:
+		return result()
+	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+		return result()
+	default:
+		return fmt.Errorf("no acknowledgement before the push's deadline (its records may still be written): %w", ctx.Err())
+	}
 }
