@@ -31,7 +31,35 @@ func TestRoundsAcrossABrokerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	adm, err := kgo.NewClient(kgo.SeedBrokers(srv.Brokers()...))
+	roundsUnderKill(t, ctx, srv.Brokers(), srv.Kill, func() error { return srv.Restart(ctx) }, false)
+}
+
+// The same on a three-node cluster (replication factor 3,
+// min.insync.replicas 2) whose node 1 is killed: the leadership of its
+// partitions moves, and pushes keep being acknowledged while it is down.
+func TestRoundsAcrossALeaderMove(t *testing.T) {
+	if testing.Short() && !testenv.InCI() {
+		t.Skip("integration test skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c, err := testenv.StartKafkaCluster(ctx, testenv.KafkaOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	node := c.Node(1)
+	roundsUnderKill(t, ctx, c.Brokers(), node.Kill, func() error { return node.Restart(ctx) }, true)
+}
+
+// roundsUnderKill runs 16 writers of mixed pushes through a producer
+// with rounds, calls kill once pushes are acknowledged, restart once
+// pushes failed (or, with survive, once more were acknowledged while
+// killed), and checks that no push waited over its ProduceTimeout and
+// that every acknowledged record is in the topic.
+func roundsUnderKill(t *testing.T, ctx context.Context, brokers []string, kill func(), restart func() error, survive bool) {
+	t.Helper()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +73,7 @@ func TestRoundsAcrossABrokerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	const produceTimeout = 2 * time.Second
-	p, err := New(Config{Kafka: kafka.ClientConfig{Brokers: srv.Brokers()}, Topics: info.Names, Keys: keys.VerifyOnly(),
+	p, err := New(Config{Kafka: kafka.ClientConfig{Brokers: brokers}, Topics: info.Names, Keys: keys.VerifyOnly(),
 		ProduceTimeout: produceTimeout})
 	if err != nil {
 		t.Fatal(err)
@@ -112,15 +140,19 @@ func TestRoundsAcrossABrokerKill(t *testing.T) {
 		}
 	}
 	waitFor("acknowledged pushes", func() bool { return ok.Load() > 200 })
-	srv.Kill()
+	kill()
 	t.Logf("broker killed after %d acknowledged pushes", ok.Load())
-	failedBefore := fail.Load()
-	waitFor("failed pushes while the broker is down", func() bool { return fail.Load() > failedBefore+16 })
-	if err := srv.Restart(ctx); err != nil {
+	failedBefore, okBefore := fail.Load(), ok.Load()
+	if survive {
+		waitFor("acknowledged pushes while the broker is down", func() bool { return ok.Load() > okBefore+200 })
+	} else {
+		waitFor("failed pushes while the broker is down", func() bool { return fail.Load() > failedBefore+16 })
+	}
+	if err := restart(); err != nil {
 		t.Fatal(err)
 	}
 	okAfter := ok.Load()
-	t.Logf("broker restarted; %d pushes failed while it was down", fail.Load()-failedBefore)
+	t.Logf("broker restarted; while it was down %d pushes failed, %d were acknowledged", fail.Load()-failedBefore, okAfter-okBefore)
 	waitFor("acknowledged pushes after the restart", func() bool { return ok.Load() > okAfter+200 })
 	stop.Store(true)
 	wg.Wait()
@@ -138,7 +170,7 @@ func TestRoundsAcrossABrokerKill(t *testing.T) {
 	}
 	var total int64
 	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-	cl, err := kgo.NewClient(kgo.SeedBrokers(srv.Brokers()...), kgo.ConsumeTopics(info.Names.Mutations),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(info.Names.Mutations),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
