@@ -120,11 +120,11 @@ type node struct {
 	topicPrefix string
 	// seq tunes the sequencer role; zero fields take its defaults.
 	seq sequencerTuning
-	// producerLinger and producerRounds are the producer role's
-	// Config.Linger and ProduceRounds (hidden --producer-linger,
-	// --producer-rounds).
+	// producerLinger and producerDirect are the producer role's
+	// Config.Linger and ProduceDirect (hidden --producer-linger,
+	// --producer-rounds=false).
 	producerLinger time.Duration
-	producerRounds bool
+	producerDirect bool
 	// mutators are what the sequencer role decides with: the built-ins
 	// and the application's (Options.Mutators).
 	mutators *model.Registry

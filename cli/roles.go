@@ -404,7 +404,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		CheckBundle:    checkBundle(n.bundleOpts),
 		Inflight:       inflight,
 		Linger:         n.producerLinger,
-		ProduceRounds:  n.producerRounds,
+		ProduceDirect:  n.producerDirect,
 	})
 }
 

@@ -31,9 +31,9 @@ type serveFlags struct {
 	ckpt       checkpointFlags
 	// corsOrigins is --cors-origins.
 	corsOrigins []string
-	// producerLinger and producerRounds are the hidden
-	// --producer-linger and --producer-rounds (producer.Config.Linger,
-	// ProduceRounds).
+	// producerLinger and producerRounds are --producer-linger (hidden)
+	// and --producer-rounds (producer.Config.Linger, and ProduceDirect
+	// when false).
 	producerLinger time.Duration
 	producerRounds bool
 }
@@ -103,10 +103,10 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	cmd.Flags().DurationVar(&f.seq.linger, "sequencer-linger", 0, "producer linger of the sequencer's transactions (0: the sequencer's default)")
 	_ = cmd.Flags().MarkHidden("push-wait")
 	_ = cmd.Flags().MarkHidden("sequencer-linger")
-	cmd.Flags().DurationVar(&f.producerLinger, "producer-linger", 0, "producer linger of the pushes' records, without --producer-rounds (0: none, the producer's default)")
+	cmd.Flags().DurationVar(&f.producerLinger, "producer-linger", 0, "producer linger of the pushes' records, with --producer-rounds=false only (0: none, the producer's default)")
 	_ = cmd.Flags().MarkHidden("producer-linger")
-	cmd.Flags().BoolVar(&f.producerRounds, "producer-rounds", false, "concurrent pushes share produce requests, one round in flight at a time")
-	_ = cmd.Flags().MarkHidden("producer-rounds")
+	cmd.Flags().BoolVar(&f.producerRounds, "producer-rounds", true,
+		"concurrent pushes share produce requests, one round in flight at a time; false: each push produces at once (direct)")
 	_ = cmd.Flags().MarkHidden("gather-fresh")
 	_ = cmd.Flags().MarkHidden("session-timeout")
 	_ = cmd.Flags().MarkHidden("transaction-timeout")
@@ -153,7 +153,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 		n.keysPath, n.keysReload = f.keys, f.keysReload
 	}
 	n.seq = f.seq
-	n.producerLinger, n.producerRounds = f.producerLinger, f.producerRounds
+	n.producerLinger, n.producerDirect = f.producerLinger, !f.producerRounds
 	n.checkpoints = &f.ckpt
 	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
 		return usageError{err}

@@ -10,6 +10,10 @@ type metrics struct {
 	mutations *prometheus.CounterVec // by api
 	requests  *prometheus.CounterVec // by api, result (ok or an error code)
 	latency   *prometheus.HistogramVec
+	// With produce rounds (rounds.go): the records of a round, and the
+	// time a push waits for its round to be sent.
+	roundRecords prometheus.Histogram
+	roundWait    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,9 +31,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from a push's arrival to Kafka's acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"api"}),
+		roundRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "canon", Subsystem: "ingest", Name: "round_records",
+			Help:    "Records of the pushes that share a produce round.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		roundWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "canon", Subsystem: "ingest", Name: "round_wait_seconds",
+			Help:    "Time from a push's arrival to the sending of its produce round.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.mutations, m.requests, m.latency)
+		reg.MustRegister(m.mutations, m.requests, m.latency, m.roundRecords, m.roundWait)
 	}
 	return m
 }
