@@ -6,6 +6,7 @@ package history
 // form ClickHouse 18.16 answers over the native protocol.
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -154,27 +155,90 @@ func isAuthFailure(code int32) bool {
 type writer struct {
 	conn driver.Conn
 	db   string
+	// blockBytes bounds a block's string bytes (0: maxBlockBytes).
+	blockBytes int
 }
 
-// insert sends one table's columns as one native block.
+// maxBlockBytes bounds the string bytes of one native block of an
+// insert. An insert is one statement in blocks of at most this many bytes
+// (a row larger than it is a block alone): the driver's string column
+// grows row by row and keeps its capacity from one block to the next, so
+// a batch of many large bodies costs a buffer of about one block instead
+// of one grown, copied and regrown to the whole batch. The server gathers
+// the blocks of one INSERT into its parts (min_insert_block_size_bytes),
+// so the tables get no more parts.
+const maxBlockBytes = 1 << 20
+
+// insert sends one table's columns as one statement, in native blocks of
+// at most maxBlockBytes of strings.
 func (w *writer) insert(ctx context.Context, t table, cols []any) error {
-	if n := columnLen(cols[0]); n == 0 {
+	n := columnLen(cols[0])
+	if n == 0 {
 		return nil
 	}
 	batch, err := w.conn.PrepareBatch(ctx, "INSERT INTO "+w.db+"."+t.name+" ("+strings.Join(t.columns, ", ")+")")
 	if err != nil {
 		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
 	}
-	for i, c := range cols {
-		if err := batch.Column(i).Append(c); err != nil {
-			_ = batch.Abort()
-			return fmt.Errorf("insert into %s.%s, column %s: %w", w.db, t.name, t.columns[i], err)
+	for start := 0; start < n; {
+		end := blockEnd(cols, start, n, cmp.Or(w.blockBytes, maxBlockBytes))
+		for i, c := range cols {
+			if err := batch.Column(i).Append(rowRange(c, start, end)); err != nil {
+				_ = batch.Abort()
+				return fmt.Errorf("insert into %s.%s, column %s: %w", w.db, t.name, t.columns[i], err)
+			}
 		}
+		if end < n {
+			if err := batch.Flush(); err != nil {
+				_ = batch.Abort()
+				return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+			}
+		}
+		start = end
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
 	}
 	return nil
+}
+
+// blockEnd is the end of the block of rows that starts at start: the rows
+// whose strings sum to at most limit bytes, and at least one row.
+func blockEnd(cols []any, start, n, limit int) int {
+	size := 0
+	for r := start; r < n; r++ {
+		row := 0
+		for _, c := range cols {
+			if s, ok := c.([]string); ok {
+				row += len(s[r])
+			}
+		}
+		if r > start && size+row > limit {
+			return r
+		}
+		size += row
+	}
+	return n
+}
+
+// rowRange is rows [start, end) of a column.
+func rowRange(c any, start, end int) any {
+	switch s := c.(type) {
+	case []string:
+		return s[start:end]
+	case []uint64:
+		return s[start:end]
+	case []uint32:
+		return s[start:end]
+	case []int64:
+		return s[start:end]
+	case []int32:
+		return s[start:end]
+	case []time.Time:
+		return s[start:end]
+	default:
+		panic(fmt.Sprintf("history: column of type %T", c))
+	}
 }
 
 func columnLen(c any) int {
