@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"github.com/canon-sync/canon/schemas"
 )
@@ -76,7 +77,7 @@ func chunkKey(org, project, hash string) string { return org + "/" + project + "
 
 // addChunk takes a chunk record into the batch and the cache.
 func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
-	p.batch.chunks.add(c.Org, c.Project, c.Hash, c.Data, offset)
+	p.batch.chunks.add(c.Org, c.Project, c.Hash, string(c.Data), offset)
 	k := chunkKey(c.Org, c.Project, c.Hash)
 	p.batchContent.chunks[k] = c.Data
 	if _, ok := p.cache.chunks[k]; !ok {
@@ -89,7 +90,7 @@ func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
 // SHA-256; ok is false when a chunk is nowhere to be found (the chunks
 // table misses what came before this database was filled: a backfill
 // fills it) or the bytes do not match.
-func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks []string) (_ []byte, ok bool, err error) {
+func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks []string) (_ string, ok bool, err error) {
 	parts := make([][]byte, len(chunks))
 	var missing []string
 	for i, h := range chunks {
@@ -101,7 +102,7 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 		} else if p.inflight != nil && p.inflight.content.chunks[k] != nil {
 			parts[i] = p.inflight.content.chunks[k]
 		} else if _, absent := p.cache.absent[k]; absent {
-			return nil, false, nil
+			return "", false, nil
 		} else {
 			missing = append(missing, h)
 		}
@@ -113,7 +114,7 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 			found, err = p.w.chunksIn(ctx, org, project, missing)
 			return err
 		}); err != nil {
-			return nil, false, err
+			return "", false, err
 		}
 		for i, h := range chunks {
 			if parts[i] != nil {
@@ -124,27 +125,31 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 				p.cache.absent[chunkKey(org, project, h)] = struct{}{}
 				p.cfg.Log.Warn("projector: a chunk is neither read nor in ClickHouse; backfill this database to have it",
 					"project", org+"/"+project, "chunk", h, "of", hash)
-				return nil, false, nil
+				return "", false, nil
 			}
 			parts[i] = d
 			p.cache.chunks[chunkKey(org, project, h)] = d
 			p.cache.chunkBytes += len(d)
 		}
 	}
+	// The parts are hashed as they are and copied once, into the string
+	// the rows keep.
+	h := sha256.New()
 	n := 0
 	for _, d := range parts {
+		h.Write(d)
 		n += len(d)
 	}
-	out := make([]byte, 0, n)
-	for _, d := range parts {
-		out = append(out, d...)
-	}
-	sum := sha256.Sum256(out)
-	if hex.EncodeToString(sum[:]) != hash {
+	if hex.EncodeToString(h.Sum(nil)) != hash {
 		p.cfg.Log.Warn("projector: reassembled chunks do not match their hash", "project", org+"/"+project, "hash", hash)
-		return nil, false, nil
+		return "", false, nil
 	}
-	return out, true, nil
+	var out strings.Builder
+	out.Grow(n)
+	for _, d := range parts {
+		out.Write(d)
+	}
+	return out.String(), true, nil
 }
 
 // content adds what a version brings besides its rows: the bodies of its
@@ -166,7 +171,7 @@ func (p *Projector) content(ctx context.Context, v *schemas.Version, offset int6
 			if bigArgs == nil {
 				bigArgs = map[int]string{}
 			}
-			bigArgs[i] = string(args)
+			bigArgs[i] = args
 		}
 	}
 	for i := range v.Items {

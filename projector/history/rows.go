@@ -94,12 +94,12 @@ func (r *blobRows) columns() []any {
 	return []any{r.org, r.project, r.hash, r.size, r.data, r.kafkaOffset}
 }
 
-func (r *blobRows) add(org, project, hash string, data []byte, offset int64) {
+func (r *blobRows) add(org, project, hash, data string, offset int64) {
 	r.org = append(r.org, org)
 	r.project = append(r.project, project)
 	r.hash = append(r.hash, hash)
 	r.size = append(r.size, uint64(len(data)))
-	r.data = append(r.data, string(data))
+	r.data = append(r.data, data)
 	r.kafkaOffset = append(r.kafkaOffset, offset)
 }
 
