@@ -75,9 +75,9 @@ func mixRows(bodies int) *rows {
 			body[j] = 'a' + byte(rnd.IntN(26))
 		}
 		project := fmt.Sprintf("p%d", i%4)
-		b.bodies.add("acme", project, hexHash(string(body)), body, int64(i))
+		b.bodies.add("acme", project, hexHash(string(body)), string(body), int64(i))
 		chunk := body[:2048]
-		b.chunks.add("acme", project, hexHash(string(chunk)), chunk, int64(i))
+		b.chunks.add("acme", project, hexHash(string(chunk)), string(chunk), int64(i))
 	}
 	return &b
 }
@@ -191,6 +191,44 @@ func BenchmarkInsertBodies(b *testing.B) {
 				n += len(d)
 			}
 			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := w.insertAll(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkInsertBatch inserts a projector batch of every table (50
+// versions, 40 bodies of 100-500 KiB) as the projector does, seven
+// concurrent inserts: in one block per table with the pool keeping 5
+// idle connections (the projector before), in blocks with 5, and in
+// blocks with all 8 kept.
+func BenchmarkInsertBatch(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ch := newClickHouse(b)
+	batch := mixRows(40)
+	defer func(n int) { idleConns = n }(idleConns)
+	for _, c := range []struct {
+		name        string
+		limit, idle int
+	}{{"oneblock-idle5", math.MaxInt, 5}, {"blocks-idle5", maxBlockBytes, 5}, {"blocks-idle8", maxBlockBytes, maxConns}} {
+		b.Run(c.name, func(b *testing.B) {
+			db := ch.Database(b)
+			idleConns = c.idle
+			conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := Migrate(ctx, conn, db); err != nil {
+				b.Fatal(err)
+			}
+			w := &writer{conn: conn, db: db, blockBytes: c.limit}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
