@@ -9,11 +9,11 @@ package history
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
 
+	"github.com/canon-sync/canon/internal/chunkhash"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -23,6 +23,7 @@ const (
 	maxCachedChunkBytes = 64 << 20
 	maxCachedBodies     = 200_000
 	maxCachedAncestries = 100_000
+	maxCheckedBodies    = 10_000
 )
 
 // batchContent is what a batch holds that ClickHouse may not have yet:
@@ -47,11 +48,14 @@ type contentCache struct {
 	// projector down to one lookup per body.
 	absent   map[string]struct{}
 	ancestry map[branchKey][]ancestor
+	// checked are the last bodies checked, by their first chunk's key:
+	// the next version of an edited item resumes the hash from them.
+	checked map[string]*chunkhash.Checked[string]
 }
 
 func newContentCache() contentCache {
 	return contentCache{chunks: map[string][]byte{}, bodies: map[string]struct{}{}, absent: map[string]struct{}{},
-		ancestry: map[branchKey][]ancestor{}}
+		ancestry: map[branchKey][]ancestor{}, checked: map[string]*chunkhash.Checked[string]{}}
 }
 
 // prune starts the caches over when they grew past their bounds; called
@@ -70,6 +74,9 @@ func (c *contentCache) prune() {
 	}
 	if len(c.ancestry) > maxCachedAncestries {
 		clear(c.ancestry)
+	}
+	if len(c.checked) > maxCheckedBodies {
+		clear(c.checked)
 	}
 }
 
@@ -132,17 +139,34 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 			p.cache.chunkBytes += len(d)
 		}
 	}
-	// The parts are hashed as they are and copied once, into the string
-	// the rows keep.
-	h := sha256.New()
-	n := 0
-	for _, d := range parts {
-		h.Write(d)
-		n += len(d)
+	// The parts are hashed as they are (from the chunk after those this
+	// body shares with the last one checked that starts like it: the
+	// version before, for an edited item) and copied once, into the
+	// string the rows keep.
+	first := "" // no body of no chunks is kept
+	if len(chunks) > 0 {
+		first = chunkKey(org, project, chunks[0])
 	}
-	if hex.EncodeToString(h.Sum(nil)) != hash {
+	hs, err := chunkhash.New(chunks, p.cache.checked[first])
+	if err != nil {
+		return "", false, err
+	}
+	n := 0
+	for i, d := range parts {
+		n += len(d)
+		if i >= hs.Start {
+			if err := hs.Write(d); err != nil {
+				return "", false, err
+			}
+		}
+	}
+	sum, checked := hs.Sum()
+	if hex.EncodeToString(sum[:]) != hash {
 		p.cfg.Log.Warn("projector: reassembled chunks do not match their hash", "project", org+"/"+project, "hash", hash)
 		return "", false, nil
+	}
+	if checked != nil {
+		p.cache.checked[first] = checked
 	}
 	var out strings.Builder
 	out.Grow(n)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -234,6 +235,72 @@ func BenchmarkInsertBatch(b *testing.B) {
 			for range b.N {
 				if err := w.insertAll(ctx, batch); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// editChain is n versions of a large body, each the one before with a
+// few bytes changed at a random place, chunked as the Decider chunks
+// them; the chunks are in the projector's cache.
+func editChain(p *Projector, n, size int) (hashes []string, chunks [][]string) {
+	rnd := rand.New(rand.NewPCG(5, 6))
+	body := []byte(`"`)
+	for len(body) < size {
+		body = append(body, 'a'+byte(rnd.IntN(26)))
+	}
+	body = append(body, '"')
+	for range n {
+		at := 1 + rnd.IntN(len(body)-2)
+		body = append(body[:at:at], append([]byte("edit"), body[at:]...)...)
+		var list []string
+		for _, part := range model.SplitBody(body) {
+			h := hexHash(string(part))
+			p.cache.chunks[chunkKey("acme", "p", h)] = part
+			list = append(list, h)
+		}
+		hashes, chunks = append(hashes, hexHash(string(body))), append(chunks, list)
+	}
+	return hashes, chunks
+}
+
+func TestBlobResumesAndChecks(t *testing.T) {
+	p := &Projector{cfg: Config{Log: testLogger(t)}, cache: newContentCache()}
+	hashes, chunks := editChain(p, 20, 300<<10)
+	for i := range hashes {
+		body, ok, err := p.blob(context.Background(), "acme", "p", hashes[i], chunks[i])
+		if err != nil || !ok || hexHash(body) != hashes[i] {
+			t.Fatalf("body %d: ok %v, err %v", i, ok, err)
+		}
+	}
+	// A chunk list that does not make the hash is refused, resumed or not.
+	bad := append([]string(nil), chunks[3]...)
+	bad[len(bad)-2], bad[len(bad)-1] = bad[len(bad)-1], bad[len(bad)-2]
+	if _, ok, err := p.blob(context.Background(), "acme", "p", hashes[3], bad); ok || err != nil {
+		t.Fatalf("swapped chunks: ok %v, err %v", ok, err)
+	}
+}
+
+// BenchmarkBlob reassembles and checks the next version of an edited 300
+// KB body: whole (the hash of every body from its first byte) or resumed
+// after the chunks it shares with the version before.
+func BenchmarkBlob(b *testing.B) {
+	for _, resume := range []bool{false, true} {
+		name := map[bool]string{false: "whole", true: "resume"}[resume]
+		b.Run(name, func(b *testing.B) {
+			p := &Projector{cfg: Config{Log: testLogger(b)}, cache: newContentCache()}
+			hashes, chunks := editChain(p, 64, 300<<10)
+			b.SetBytes(300 << 10)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if !resume {
+					clear(p.cache.checked)
+				}
+				j := i % len(hashes)
+				if _, ok, err := p.blob(context.Background(), "acme", "p", hashes[j], chunks[j]); !ok || err != nil {
+					b.Fatalf("body %d: ok %v, err %v", j, ok, err)
 				}
 			}
 		})
