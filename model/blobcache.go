@@ -2,7 +2,10 @@ package model
 
 import (
 	"bytes"
+	"encoding/hex"
 	"hash/maphash"
+
+	"github.com/canon-sync/canon/internal/chunkhash"
 )
 
 // blobCache keeps, across Resets, what a Decider learnt of large bodies
@@ -20,6 +23,10 @@ type blobCache struct {
 	seed   maphash.Seed
 	bodies map[string][]byte
 	chunks map[uint64]chunkMemo
+	// marks are the SHA-256 states of large bodies every
+	// chunkhash.MarkEvery bytes, by hash: the next version of an edited
+	// body resumes its hash after the bytes it shares with this one.
+	marks map[string]*chunkhash.Marks
 	// size counts each body or blob once, whole, when any of it is
 	// kept: what it keeps alive (chunks are slices of their blob).
 	size, limit int
@@ -42,7 +49,8 @@ const maxBlobCacheBytes = 16 << 20
 const minCachedBody = ChunkMinSize + 1
 
 func newBlobCache() *blobCache {
-	return &blobCache{seed: maphash.MakeSeed(), bodies: map[string][]byte{}, chunks: map[uint64]chunkMemo{}, limit: maxBlobCacheBytes}
+	return &blobCache{seed: maphash.MakeSeed(), bodies: map[string][]byte{}, chunks: map[uint64]chunkMemo{},
+		marks: map[string]*chunkhash.Marks{}, limit: maxBlobCacheBytes}
 }
 
 // A nil *blobCache keeps nothing (benchmarks compare with it).
@@ -109,7 +117,32 @@ func (c *blobCache) grow(n int) {
 	if c.size+n > c.limit {
 		clear(c.bodies)
 		clear(c.chunks)
+		clear(c.marks)
 		c.size = 0
 	}
 	c.size += n
+}
+
+// bodyHash is BodyHash(body) for a body that replaces prev (nil when it
+// is not in memory), whose hash is prevHash: a large body that starts
+// with the same bytes as prev resumes the hash of prev after them, from
+// the marks kept when prev was hashed here.
+func (c *blobCache) bodyHash(body []byte, prevHash string, prev []byte) string {
+	if c == nil || len(body) < 2*chunkhash.MarkEvery {
+		return BodyHash(body)
+	}
+	var pm *chunkhash.Marks
+	if prev != nil {
+		pm = c.marks[prevHash]
+	}
+	sum, m, err := chunkhash.Sum(body, prev, pm)
+	if err != nil {
+		return BodyHash(body) // crypto/sha256 saves and restores its states
+	}
+	hash := hex.EncodeToString(sum[:])
+	if _, ok := c.marks[hash]; !ok && m != nil {
+		c.grow(m.Bytes())
+		c.marks[hash] = m
+	}
+	return hash
 }

@@ -10,6 +10,7 @@
 package chunkhash
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding"
 	"fmt"
@@ -91,4 +92,67 @@ func (hs *Hasher[K]) Sum() (sum [32]byte, checked *Checked[K]) {
 		hs.keep.Chunks = append([]K(nil), hs.chunks...)
 	}
 	return sum, hs.keep
+}
+
+// MarkEvery is how many bytes separate the saved states of Marks.
+const MarkEvery = 16 << 10
+
+// Marks are the SHA-256 states of a body after every MarkEvery bytes, for
+// one whose chunks are not known yet (the Decider hashes a new body
+// before it cuts it): a body that starts with the same bytes resumes from
+// the last state within them.
+type Marks struct {
+	states [][]byte
+}
+
+// Sum is the SHA-256 of body, resumed from the marks of prev (a body that
+// hashed to them) when both start with the same MarkEvery bytes or more,
+// and body's own marks (nil for a body shorter than 2*MarkEvery).
+func Sum(body, prev []byte, prevMarks *Marks) (sum [32]byte, marks *Marks, err error) {
+	if len(body) < 2*MarkEvery {
+		return sha256.Sum256(body), nil, nil
+	}
+	h := sha256.New()
+	marks = &Marks{}
+	at := 0
+	if prevMarks != nil && len(prev) >= MarkEvery {
+		n := min(len(prev), len(body), len(prevMarks.states)*MarkEvery)
+		same := commonPrefix(prev[:n], body[:n])
+		if k := same / MarkEvery; k > 0 {
+			if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(prevMarks.states[k-1]); err != nil {
+				return sum, nil, fmt.Errorf("resume a body's hash: %w", err)
+			}
+			at = k * MarkEvery
+			marks.states = prevMarks.states[:k:k]
+		}
+	}
+	for at+MarkEvery <= len(body) {
+		h.Write(body[at : at+MarkEvery])
+		at += MarkEvery
+		st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+		if err != nil {
+			return sum, nil, fmt.Errorf("save a body's hash: %w", err)
+		}
+		marks.states = append(marks.states, st)
+	}
+	h.Write(body[at:])
+	h.Sum(sum[:0])
+	return sum, marks, nil
+}
+
+// Bytes is what the marks keep alive, about.
+func (m *Marks) Bytes() int { return len(m.states) * 128 }
+
+// commonPrefix is the length of the longest common prefix of a and b, of
+// equal length.
+func commonPrefix(a, b []byte) int {
+	const step = 4 << 10
+	n := 0
+	for n+step <= len(a) && bytes.Equal(a[n:n+step], b[n:n+step]) {
+		n += step
+	}
+	for n < len(a) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

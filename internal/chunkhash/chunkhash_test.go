@@ -119,3 +119,89 @@ func TestResumeChecksTheRest(t *testing.T) {
 		t.Fatal("wrong sum after resuming")
 	}
 }
+
+// Sum over a chain of edited bodies is the SHA-256 of each, and it
+// resumes (shares the states of the body before) when they start alike.
+func TestSumResumes(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(7, 8))
+	body := make([]byte, 300<<10)
+	for i := range body {
+		body[i] = byte(rnd.IntN(256))
+	}
+	var prev []byte
+	var marks *Marks
+	resumed := 0
+	for step := range 200 {
+		sum, m, err := Sum(body, prev, marks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum != sha256.Sum256(body) {
+			t.Fatalf("step %d: wrong sum (%d bytes)", step, len(body))
+		}
+		if (m == nil) != (len(body) < 2*MarkEvery) {
+			t.Fatalf("step %d: %d bytes, marks %v", step, len(body), m != nil)
+		}
+		if m != nil && len(m.states) != len(body)/MarkEvery {
+			t.Fatalf("step %d: %d marks for %d bytes", step, len(m.states), len(body))
+		}
+		if m != nil && marks != nil && len(m.states) > 0 && len(marks.states) > 0 && &m.states[0][0] == &marks.states[0][0] {
+			resumed++
+		}
+		// The next body: a few bytes inserted, removed or changed.
+		next := append([]byte(nil), body...)
+		at := rnd.IntN(len(next))
+		switch rnd.IntN(8) {
+		case 0:
+			next = next[:at]
+		case 1:
+			next = append(next[:at], next[min(len(next), at+rnd.IntN(100)):]...)
+		case 2:
+			next[at] ^= 1
+		case 3:
+			next = next[:min(len(next), rnd.IntN(2*MarkEvery+1))]
+		default:
+			next = append(next[:at:at], append([]byte("inserted"), body[at:]...)...)
+		}
+		for len(next) < 100<<10 && rnd.IntN(3) > 0 {
+			next = append(next, body[:rnd.IntN(len(body)+1)]...)
+		}
+		prev, marks, body = body, m, next
+	}
+	if resumed < 100 {
+		t.Fatalf("%d of 200 sums resumed", resumed)
+	}
+}
+
+// BenchmarkSum hashes the next version of a 300 KB body edited at a
+// random place: whole, or resumed from the marks of the version before.
+func BenchmarkSum(b *testing.B) {
+	rnd := rand.New(rand.NewPCG(9, 10))
+	bodies := make([][]byte, 64)
+	bodies[0] = make([]byte, 300<<10)
+	for i := range bodies[0] {
+		bodies[0][i] = 'a' + byte(rnd.IntN(26))
+	}
+	for i := 1; i < len(bodies); i++ {
+		at := rnd.IntN(len(bodies[i-1]))
+		bodies[i] = append(append(bodies[i-1][:at:at], "edit"...), bodies[i-1][at:]...)
+	}
+	marks := make([]*Marks, len(bodies))
+	for i := range bodies {
+		_, marks[i], _ = Sum(bodies[i], nil, nil)
+	}
+	for _, resume := range []bool{false, true} {
+		b.Run(map[bool]string{false: "whole", true: "resume"}[resume], func(b *testing.B) {
+			b.SetBytes(300 << 10)
+			b.ReportAllocs()
+			for i := range b.N {
+				j := 1 + i%(len(bodies)-1)
+				if resume {
+					_, _, _ = Sum(bodies[j], bodies[j-1], marks[j-1])
+				} else {
+					_ = sha256.Sum256(bodies[j])
+				}
+			}
+		})
+	}
+}
