@@ -18,7 +18,11 @@ import (
 // Everything in it is keyed by content (a body by its SHA-256, a chunk by
 // its bytes, compared in full), so it never goes stale: a body that the
 // store holds under a hash is the body that hashes to it. It is bounded by
-// maxBlobCacheBytes and starts over when it grows past it.
+// maxBlobCacheBytes, in two generations of half of it: when the current
+// one is full it becomes the old one (the one before is dropped), and
+// what is found in the old one moves to the current one. The bodies being
+// edited stay in memory; a start over of everything read each of them
+// from the store again.
 type blobCache struct {
 	seed   maphash.Seed
 	bodies map[string][]byte
@@ -27,6 +31,10 @@ type blobCache struct {
 	// chunkhash.MarkEvery bytes, by hash: the next version of an edited
 	// body resumes its hash after the bytes it shares with this one.
 	marks map[string]*chunkhash.Marks
+	// oldBodies, oldChunks and oldMarks are the generation before.
+	oldBodies map[string][]byte
+	oldChunks map[uint64]chunkMemo
+	oldMarks  map[string]*chunkhash.Marks
 	// size counts each body or blob once, whole, when any of it is
 	// kept: what it keeps alive (chunks are slices of their blob).
 	size, limit int
@@ -61,7 +69,15 @@ func (c *blobCache) body(hash string) []byte {
 	if c == nil {
 		return nil
 	}
-	return c.bodies[hash]
+	if b, ok := c.bodies[hash]; ok {
+		return b
+	}
+	b, ok := c.oldBodies[hash]
+	if ok {
+		c.grow(len(b))
+		c.bodies[hash] = b
+	}
+	return b
 }
 
 // addBody keeps a large body, which must hash to hash. A put's body may
@@ -100,6 +116,12 @@ func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []str
 			hashes[i] = m.hash
 			continue
 		}
+		if m, ok := c.oldChunks[k]; ok && bytes.Equal(m.data, p) {
+			hashes[i] = m.hash
+			c.grow(len(m.data))
+			c.chunks[k] = m
+			continue
+		}
 		if !kept {
 			// Counted before the chunk goes in: a start over keeps it.
 			c.grow(len(blob))
@@ -111,13 +133,12 @@ func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []str
 	return hashes
 }
 
-// grow accounts for n more bytes kept, starting over first if they would
-// pass the bound.
+// grow accounts for n more bytes kept in the current generation, which
+// first becomes the old one if they would pass half the bound.
 func (c *blobCache) grow(n int) {
-	if c.size+n > c.limit {
-		clear(c.bodies)
-		clear(c.chunks)
-		clear(c.marks)
+	if c.size+n > c.limit/2 {
+		c.oldBodies, c.oldChunks, c.oldMarks = c.bodies, c.chunks, c.marks
+		c.bodies, c.chunks, c.marks = map[string][]byte{}, map[uint64]chunkMemo{}, map[string]*chunkhash.Marks{}
 		c.size = 0
 	}
 	c.size += n
@@ -133,7 +154,10 @@ func (c *blobCache) bodyHash(body []byte, prevHash string, prev []byte) string {
 	}
 	var pm *chunkhash.Marks
 	if prev != nil {
-		pm = c.marks[prevHash]
+		var ok bool
+		if pm, ok = c.marks[prevHash]; !ok {
+			pm = c.oldMarks[prevHash]
+		}
 	}
 	sum, m, err := chunkhash.Sum(body, prev, pm)
 	if err != nil {
