@@ -252,6 +252,45 @@ func rowRange(c any, start, end int) any {
 	}
 }
 
+// insertBlobs sends the rows of bodies or chunks as one statement, in
+// blocks of at most maxBlockBytes of bytes, row by row: each row's parts
+// are joined into a buffer that is reused from row to row, from which the
+// driver copies them into its column.
+func (w *writer) insertBlobs(ctx context.Context, t table, r *blobRows) error {
+	if len(r.org) == 0 {
+		return nil
+	}
+	batch, err := w.conn.PrepareBatch(ctx, "INSERT INTO "+w.db+"."+t.name+" ("+strings.Join(t.columns, ", ")+")")
+	if err != nil {
+		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+	}
+	limit := cmp.Or(w.blockBytes, maxBlockBytes)
+	var buf []byte
+	block := 0
+	for i := range r.org {
+		if block > 0 && block+int(r.size[i]) > limit {
+			if err := batch.Flush(); err != nil {
+				_ = batch.Abort()
+				return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+			}
+			block = 0
+		}
+		buf = buf[:0]
+		for _, p := range r.data[i] {
+			buf = append(buf, p...)
+		}
+		if err := batch.Append(r.org[i], r.project[i], r.hash[i], r.size[i], buf, r.kafkaOffset[i]); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+		}
+		block += len(buf)
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
+	}
+	return nil
+}
+
 func columnLen(c any) int {
 	switch s := c.(type) {
 	case []string:
@@ -270,8 +309,8 @@ func (w *writer) insertAll(ctx context.Context, b *rows) error {
 	g.Go(func() error { return w.insert(gctx, mutationsTable, b.mutations.columns()) })
 	g.Go(func() error { return w.insert(gctx, itemsTable, b.items.columns()) })
 	g.Go(func() error { return w.insert(gctx, scalarsTable, b.scalars.columns()) })
-	g.Go(func() error { return w.insert(gctx, bodiesTable, b.bodies.columns()) })
-	g.Go(func() error { return w.insert(gctx, chunksTable, b.chunks.columns()) })
+	g.Go(func() error { return w.insertBlobs(gctx, bodiesTable, &b.bodies) })
+	g.Go(func() error { return w.insertBlobs(gctx, chunksTable, &b.chunks) })
 	g.Go(func() error { return w.insert(gctx, branchesTable, b.branches.columns()) })
 	return g.Wait()
 }

@@ -84,7 +84,7 @@ func chunkKey(org, project, hash string) string { return org + "/" + project + "
 
 // addChunk takes a chunk record into the batch and the cache.
 func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
-	p.batch.chunks.add(c.Org, c.Project, c.Hash, string(c.Data), offset)
+	p.batch.chunks.add(c.Org, c.Project, c.Hash, [][]byte{c.Data}, offset)
 	k := chunkKey(c.Org, c.Project, c.Hash)
 	p.batchContent.chunks[k] = c.Data
 	if _, ok := p.cache.chunks[k]; !ok {
@@ -97,7 +97,7 @@ func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
 // SHA-256; ok is false when a chunk is nowhere to be found (the chunks
 // table misses what came before this database was filled: a backfill
 // fills it) or the bytes do not match.
-func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks []string) (_ string, ok bool, err error) {
+func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks []string) (_ [][]byte, ok bool, err error) {
 	parts := make([][]byte, len(chunks))
 	var missing []string
 	for i, h := range chunks {
@@ -109,7 +109,7 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 		} else if p.inflight != nil && p.inflight.content.chunks[k] != nil {
 			parts[i] = p.inflight.content.chunks[k]
 		} else if _, absent := p.cache.absent[k]; absent {
-			return "", false, nil
+			return nil, false, nil
 		} else {
 			missing = append(missing, h)
 		}
@@ -121,7 +121,7 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 			found, err = p.w.chunksIn(ctx, org, project, missing)
 			return err
 		}); err != nil {
-			return "", false, err
+			return nil, false, err
 		}
 		for i, h := range chunks {
 			if parts[i] != nil {
@@ -132,48 +132,41 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 				p.cache.absent[chunkKey(org, project, h)] = struct{}{}
 				p.cfg.Log.Warn("projector: a chunk is neither read nor in ClickHouse; backfill this database to have it",
 					"project", org+"/"+project, "chunk", h, "of", hash)
-				return "", false, nil
+				return nil, false, nil
 			}
 			parts[i] = d
 			p.cache.chunks[chunkKey(org, project, h)] = d
 			p.cache.chunkBytes += len(d)
 		}
 	}
-	// The parts are hashed as they are (from the chunk after those this
-	// body shares with the last one checked that starts like it: the
-	// version before, for an edited item) and copied once, into the
-	// string the rows keep.
+	// The parts are hashed as they are, from the chunk after those this
+	// body shares with the last one checked that starts like it (the
+	// version before, for an edited item). They are returned as they are:
+	// a row keeps them and the insert joins them.
 	first := "" // no body of no chunks is kept
 	if len(chunks) > 0 {
 		first = chunkKey(org, project, chunks[0])
 	}
 	hs, err := chunkhash.New(chunks, p.cache.checked[first])
 	if err != nil {
-		return "", false, err
+		return nil, false, err
 	}
-	n := 0
 	for i, d := range parts {
-		n += len(d)
 		if i >= hs.Start {
 			if err := hs.Write(d); err != nil {
-				return "", false, err
+				return nil, false, err
 			}
 		}
 	}
 	sum, checked := hs.Sum()
 	if hex.EncodeToString(sum[:]) != hash {
 		p.cfg.Log.Warn("projector: reassembled chunks do not match their hash", "project", org+"/"+project, "hash", hash)
-		return "", false, nil
+		return nil, false, nil
 	}
 	if checked != nil {
 		p.cache.checked[first] = checked
 	}
-	var out strings.Builder
-	out.Grow(n)
-	for _, d := range parts {
-		out.Write(d)
-	}
-	return out.String(), true, nil
+	return parts, true, nil
 }
 
 // content adds what a version brings besides its rows: the bodies of its
@@ -195,7 +188,7 @@ func (p *Projector) content(ctx context.Context, v *schemas.Version, offset int6
 			if bigArgs == nil {
 				bigArgs = map[int]string{}
 			}
-			bigArgs[i] = args
+			bigArgs[i] = joinParts(args)
 		}
 	}
 	for i := range v.Items {
@@ -264,4 +257,17 @@ func (p *Projector) ancestry(ctx context.Context, v *schemas.Version) ([]ancesto
 	p.cache.ancestry[k] = as
 	p.batchContent.ancestry[k] = as
 	return as, nil
+}
+
+func joinParts(parts [][]byte) string {
+	n := 0
+	for _, d := range parts {
+		n += len(d)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, d := range parts {
+		b.Write(d)
+	}
+	return b.String()
 }

@@ -76,9 +76,9 @@ func mixRows(bodies int) *rows {
 			body[j] = 'a' + byte(rnd.IntN(26))
 		}
 		project := fmt.Sprintf("p%d", i%4)
-		b.bodies.add("acme", project, hexHash(string(body)), string(body), int64(i))
+		b.bodies.add("acme", project, hexHash(string(body)), [][]byte{body[:1000], body[1000:]}, int64(i))
 		chunk := body[:2048]
-		b.chunks.add("acme", project, hexHash(string(chunk)), string(chunk), int64(i))
+		b.chunks.add("acme", project, hexHash(string(chunk)), [][]byte{chunk}, int64(i))
 	}
 	return &b
 }
@@ -137,19 +137,15 @@ func TestInsertInBlocks(t *testing.T) {
 	if want := fmt.Sprintf("%d rows", len(b.bodies.org)); !strings.HasPrefix(tableDigest(t, ctx, ws[1], bodiesTable), want) {
 		t.Errorf("bodies: want %s", want)
 	}
-	// The body of the largest row, byte for byte.
-	big := 0
-	for i, d := range b.bodies.data {
-		if len(d) > len(b.bodies.data[big]) {
-			big = i
+	// Every body, byte for byte.
+	for i, h := range b.bodies.hash {
+		var got string
+		if err := ws[1].conn.QueryRow(ctx, "SELECT body FROM "+ws[1].db+".bodies WHERE hash = ?", h).Scan(&got); err != nil {
+			t.Fatal(err)
 		}
-	}
-	var got string
-	if err := ws[1].conn.QueryRow(ctx, "SELECT body FROM "+ws[1].db+".bodies WHERE hash = ?", b.bodies.hash[big]).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
-	if got != b.bodies.data[big] {
-		t.Fatalf("body %s: %d bytes back, %d inserted", b.bodies.hash[big], len(got), len(b.bodies.data[big]))
+		if want := joinParts(b.bodies.data[i]); got != want {
+			t.Fatalf("body %s: %d bytes back, %d inserted", h, len(got), len(want))
+		}
 	}
 	// The server gathers the blocks of an insert into one part.
 	var parts uint64
@@ -187,9 +183,9 @@ func BenchmarkInsertBodies(b *testing.B) {
 				b.Fatal(err)
 			}
 			w := &writer{conn: conn, db: db, blockBytes: c.limit}
-			n := 0
-			for _, d := range batch.bodies.data {
-				n += len(d)
+			n := uint64(0)
+			for _, s := range batch.bodies.size {
+				n += s
 			}
 			b.SetBytes(int64(n))
 			b.ReportAllocs()
@@ -270,7 +266,7 @@ func TestBlobResumesAndChecks(t *testing.T) {
 	hashes, chunks := editChain(p, 20, 300<<10)
 	for i := range hashes {
 		body, ok, err := p.blob(context.Background(), "acme", "p", hashes[i], chunks[i])
-		if err != nil || !ok || hexHash(body) != hashes[i] {
+		if err != nil || !ok || hexHash(joinParts(body)) != hashes[i] {
 			t.Fatalf("body %d: ok %v, err %v", i, ok, err)
 		}
 	}
