@@ -117,3 +117,40 @@ func BenchmarkDecideLargeSplice(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideEightLargeBodies decides item.splice mutations of eight
+// 300 KB bodies in turn, one per batch, as the mix's eight clients edit
+// their large items: with the blob cache's default bound, which holds
+// some 25 versions, each body must stay in memory between its edits.
+func BenchmarkDecideEightLargeBodies(b *testing.B) {
+	state := modeltest.NewMemState()
+	dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
+	decide := func(id uint64, name string, args string) {
+		d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+			Org: testOrg, Project: testProject, Client: "c", ID: id, Name: name, Args: json.RawMessage(args),
+		}, Timestamp: testEpoch})
+		if err != nil || d.Kind != model.Applied {
+			b.Fatal(d.Kind, d.Message, err)
+		}
+		b.StopTimer()
+		if err := state.Apply(d.Version, d.Chunks); err != nil {
+			b.Fatal(err)
+		}
+		dec.Reset()
+		b.StartTimer()
+	}
+	const items = 8
+	n := 0
+	for i := range items {
+		text := model.SampleText(300<<10, uint64(20+i))
+		n = len(text) - 2
+		decide(uint64(i+1), model.ItemPut, fmt.Sprintf(`{"collection":"docs","id":"d%d","data":{"body":%s}}`, i, text))
+	}
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	id := uint64(items)
+	for b.Loop() {
+		id++
+		decide(id, model.ItemSplice, fmt.Sprintf(`{"collection":"docs","id":"d%d","path":"/body","index":%d,"delete":3,"insert":"edit"}`, id%items, int(id*7919)%(n-4)))
+	}
+}

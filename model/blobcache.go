@@ -2,7 +2,10 @@ package model
 
 import (
 	"bytes"
+	"encoding/hex"
 	"hash/maphash"
+
+	"github.com/canon-sync/canon/internal/chunkhash"
 )
 
 // blobCache keeps, across Resets, what a Decider learnt of large bodies
@@ -15,11 +18,23 @@ import (
 // Everything in it is keyed by content (a body by its SHA-256, a chunk by
 // its bytes, compared in full), so it never goes stale: a body that the
 // store holds under a hash is the body that hashes to it. It is bounded by
-// maxBlobCacheBytes and starts over when it grows past it.
+// maxBlobCacheBytes, in two generations of half of it: when the current
+// one is full it becomes the old one (the one before is dropped), and
+// what is found in the old one moves to the current one. The bodies being
+// edited stay in memory; a start over of everything read each of them
+// from the store again.
 type blobCache struct {
 	seed   maphash.Seed
 	bodies map[string][]byte
 	chunks map[uint64]chunkMemo
+	// marks are the SHA-256 states of large bodies every
+	// chunkhash.MarkEvery bytes, by hash: the next version of an edited
+	// body resumes its hash after the bytes it shares with this one.
+	marks map[string]*chunkhash.Marks
+	// oldBodies, oldChunks and oldMarks are the generation before.
+	oldBodies map[string][]byte
+	oldChunks map[uint64]chunkMemo
+	oldMarks  map[string]*chunkhash.Marks
 	// size counts each body or blob once, whole, when any of it is
 	// kept: what it keeps alive (chunks are slices of their blob).
 	size, limit int
@@ -42,7 +57,8 @@ const maxBlobCacheBytes = 16 << 20
 const minCachedBody = ChunkMinSize + 1
 
 func newBlobCache() *blobCache {
-	return &blobCache{seed: maphash.MakeSeed(), bodies: map[string][]byte{}, chunks: map[uint64]chunkMemo{}, limit: maxBlobCacheBytes}
+	return &blobCache{seed: maphash.MakeSeed(), bodies: map[string][]byte{}, chunks: map[uint64]chunkMemo{},
+		marks: map[string]*chunkhash.Marks{}, limit: maxBlobCacheBytes}
 }
 
 // A nil *blobCache keeps nothing (benchmarks compare with it).
@@ -53,7 +69,15 @@ func (c *blobCache) body(hash string) []byte {
 	if c == nil {
 		return nil
 	}
-	return c.bodies[hash]
+	if b, ok := c.bodies[hash]; ok {
+		return b
+	}
+	b, ok := c.oldBodies[hash]
+	if ok {
+		c.grow(len(b))
+		c.bodies[hash] = b
+	}
+	return b
 }
 
 // addBody keeps a large body, which must hash to hash. A put's body may
@@ -92,6 +116,12 @@ func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []str
 			hashes[i] = m.hash
 			continue
 		}
+		if m, ok := c.oldChunks[k]; ok && bytes.Equal(m.data, p) {
+			hashes[i] = m.hash
+			c.grow(len(m.data))
+			c.chunks[k] = m
+			continue
+		}
 		if !kept {
 			// Counted before the chunk goes in: a start over keeps it.
 			c.grow(len(blob))
@@ -103,13 +133,40 @@ func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []str
 	return hashes
 }
 
-// grow accounts for n more bytes kept, starting over first if they would
-// pass the bound.
+// grow accounts for n more bytes kept in the current generation, which
+// first becomes the old one if they would pass half the bound.
 func (c *blobCache) grow(n int) {
-	if c.size+n > c.limit {
-		clear(c.bodies)
-		clear(c.chunks)
+	if c.size+n > c.limit/2 {
+		c.oldBodies, c.oldChunks, c.oldMarks = c.bodies, c.chunks, c.marks
+		c.bodies, c.chunks, c.marks = map[string][]byte{}, map[uint64]chunkMemo{}, map[string]*chunkhash.Marks{}
 		c.size = 0
 	}
 	c.size += n
+}
+
+// bodyHash is BodyHash(body) for a body that replaces prev (nil when it
+// is not in memory), whose hash is prevHash: a large body that starts
+// with the same bytes as prev resumes the hash of prev after them, from
+// the marks kept when prev was hashed here.
+func (c *blobCache) bodyHash(body []byte, prevHash string, prev []byte) string {
+	if c == nil || len(body) < 2*chunkhash.MarkEvery {
+		return BodyHash(body)
+	}
+	var pm *chunkhash.Marks
+	if prev != nil {
+		var ok bool
+		if pm, ok = c.marks[prevHash]; !ok {
+			pm = c.oldMarks[prevHash]
+		}
+	}
+	sum, m, err := chunkhash.Sum(body, prev, pm)
+	if err != nil {
+		return BodyHash(body) // crypto/sha256 saves and restores its states
+	}
+	hash := hex.EncodeToString(sum[:])
+	if _, ok := c.marks[hash]; !ok && m != nil {
+		c.grow(m.Bytes())
+		c.marks[hash] = m
+	}
+	return hash
 }

@@ -90,3 +90,55 @@ func TestBlobCacheDecidesTheSame(t *testing.T) {
 		}
 	}
 }
+
+// bodyReads counts the bodies a Decider reads from its store.
+type bodyReads struct {
+	*modeltest.MemState
+	n int
+}
+
+func (r *bodyReads) Body(org, project, hash string) ([]byte, error) {
+	r.n++
+	return r.MemState.Body(org, project, hash)
+}
+
+// Two large bodies edited in turn, with a cache bound that holds a few
+// versions of them: the bodies being edited stay in memory across the
+// cache's generations and are never read back from the store.
+func TestBlobCacheKeepsTheBodiesBeingEdited(t *testing.T) {
+	state := &bodyReads{MemState: modeltest.NewMemState()}
+	dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
+	model.SetBlobCacheLimit(dec, 1<<20)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var muts []string
+	for _, id := range []string{"d1", "d2"} {
+		text := model.SampleText(150<<10, rng.Uint64())
+		muts = append(muts, fmt.Sprintf(`{"name":%q,"args":{"collection":"docs","id":%q,"data":{"body":%s}}}`, model.ItemPut, id, text))
+	}
+	for i := range 40 {
+		muts = append(muts, fmt.Sprintf(`{"name":%q,"args":{"collection":"docs","id":"d%d","path":"/body","index":%d,"delete":3,"insert":"edit"}}`,
+			model.ItemSplice, 1+i%2, rng.IntN(140<<10)))
+	}
+	for i, m := range muts {
+		var mut struct {
+			Name string          `json:"name"`
+			Args json.RawMessage `json:"args"`
+		}
+		if err := json.Unmarshal([]byte(m), &mut); err != nil {
+			t.Fatal(err)
+		}
+		d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+			Org: testOrg, Project: testProject, Client: "c", ID: uint64(i + 1), Name: mut.Name, Args: mut.Args,
+		}, Timestamp: testEpoch, Offset: int64(i)})
+		if err != nil || d.Kind != model.Applied {
+			t.Fatalf("mutation %d: %v %s %v", i, d.Kind, d.Message, err)
+		}
+		if err := state.Apply(d.Version, d.Chunks); err != nil {
+			t.Fatal(err)
+		}
+		dec.Reset()
+	}
+	if state.n != 0 {
+		t.Fatalf("%d bodies read back from the store for %d edits", state.n, len(muts)-2)
+	}
+}

@@ -209,7 +209,12 @@ func (t *tx) put(it *txItem, meta, data []byte) error {
 		return &CodedError{Code: CodeTooLarge, Err: fmt.Errorf("item %s/%s: data is %d bytes of canonical JSON, over the limit of %d bytes (MaxDataBytes)",
 			it.key.collection, it.key.id, len(data), lim.MaxDataBytes)}
 	}
-	st := itemState{meta: meta, hash: BodyHash(data), size: int64(len(data)), body: data}
+	var prevHash string
+	var prev []byte
+	if it.curOK {
+		prevHash, prev = it.cur.hash, it.cur.body
+	}
+	st := itemState{meta: meta, hash: t.d.blobs.bodyHash(data, prevHash, prev), size: int64(len(data)), body: data}
 	if it.curOK && it.cur.hash == st.hash {
 		st.chunks = it.cur.chunks // same body: same chunks
 	}

@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/canon-sync/canon/internal/chunkhash"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -606,55 +606,37 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 	// are stored (chunks are only deleted with their partition, which
 	// forgets what was checked), and only the chunks from the first that
 	// differs are read and hashed.
-	h := sha256.New()
-	var size int64
-	start := 0
-	vb := &verifiedBody{}
-	if len(e.chunks) < 2*hashStateEvery {
-		vb = nil // too short to be worth it
-	} else if prev := a.verifiedBody(blobID{org, project, e.chunks[0]}); prev != nil {
-		same := 0
-		for same < len(prev.chunks) && same < len(e.chunks) && prev.chunks[same] == e.chunks[same] {
-			same++
-		}
-		if n := same / hashStateEvery; n > 0 {
-			if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(prev.states[n-1]); err != nil {
-				return fmt.Errorf("resume the hash of body %x: %w", e.hash, err)
-			}
-			start, size = n*hashStateEvery, prev.sizes[n-1]
-			vb.states, vb.sizes = prev.states[:n:n], prev.sizes[:n:n]
-		}
+	var prev *verifiedBody
+	if len(e.chunks) >= 2*chunkhash.Every {
+		prev = a.verifiedBody(blobID{org, project, e.chunks[0]})
 	}
-	for i := start; i < len(e.chunks); i++ {
+	hs, err := chunkhash.New(e.chunks, prev)
+	if err != nil {
+		return fmt.Errorf("body %x: %w", e.hash, err)
+	}
+	for i := hs.Start; i < len(e.chunks); i++ {
 		c := e.chunks[i]
-		found, err := a.chunk(org, project, c, func(data []byte) {
-			h.Write(data)
-			size += int64(len(data))
-		})
+		var werr error
+		found, err := a.chunk(org, project, c, func(data []byte) { werr = hs.Write(data) })
 		if err != nil {
 			return err
+		}
+		if werr != nil {
+			return fmt.Errorf("body %x: %w", e.hash, werr)
 		}
 		if !found {
 			return fmt.Errorf("%w: chunk %x of body %x is neither stored nor in the records", ErrInvalid, c, e.hash)
 		}
-		if vb != nil && (i+1)%hashStateEvery == 0 {
-			st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
-			if err != nil {
-				return fmt.Errorf("save the hash of body %x: %w", e.hash, err)
-			}
-			vb.states, vb.sizes = append(vb.states, st), append(vb.sizes, size)
-		}
 	}
-	if size != e.size {
-		return fmt.Errorf("%w: body %x: chunks make %d bytes, the record says %d", ErrInvalid, e.hash, size, e.size)
+	if hs.Size != e.size {
+		return fmt.Errorf("%w: body %x: chunks make %d bytes, the record says %d", ErrInvalid, e.hash, hs.Size, e.size)
 	}
-	var sum [32]byte
-	if h.Sum(sum[:0]); sum != e.hash {
+	sum, checked := hs.Sum()
+	if sum != e.hash {
 		return fmt.Errorf("%w: the chunks of body %x hash to %x", ErrInvalid, e.hash, sum)
 	}
-	if vb != nil {
-		vb.chunks = slices.Clone(e.chunks)
-		a.verified[blobID{org, project, e.chunks[0]}] = vb
+	if checked != nil {
+		a.verified[blobID{org, project, e.chunks[0]}] = checked
 	}
 	if known {
 		return nil // another valid chunking of a known body
@@ -666,17 +648,8 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 }
 
 // verifiedBody is a body putManifest checked: its chunks and the SHA-256
-// state (and bytes hashed) after every hashStateEvery chunks. A body
-// that starts with the same chunks resumes its hash from there.
-type verifiedBody struct {
-	chunks [][32]byte
-	states [][]byte
-	sizes  []int64
-}
-
-// hashStateEvery is how many chunks (about 2 KiB each) separate the saved
-// hash states of a checked body: a state is some 100 bytes.
-const hashStateEvery = 4
+// states a body that starts with the same chunks resumes from.
+type verifiedBody = chunkhash.Checked[[32]byte]
 
 // verifiedBody returns the last body checked, by this call or a committed
 // one, whose first chunk is id's; nil if none is remembered.

@@ -42,6 +42,9 @@ type CanonResult struct {
 	// BrokerCPU is the local broker's CPU time over the same span; 0 when
 	// its process was not found.
 	BrokerCPU time.Duration
+	// ClickHouseCPU is the local ClickHouse server's CPU time over the
+	// same span (the mix workload); 0 when its process was not found.
+	ClickHouseCPU time.Duration
 	// Transactions are the sequencer's committed transactions over the
 	// same span, TransactionTime their summed duration (its metrics).
 	Transactions    int
@@ -263,6 +266,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 		return res, err
 	}
 	b0 := cpuOf(r.brokerPID)
+	ch0 := cpuOf(r.chPID)
 	tx0, err := r.canon.transactions(ctx)
 	if err != nil {
 		return res, err
@@ -482,6 +486,9 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	}
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
+	}
+	if r.chPID != 0 {
+		res.ClickHouseCPU = cpuOf(r.chPID) - ch0
 	}
 	res.Allocated = u1.allocated - u0.allocated
 	res.PeakRSS = max(peak, u1.rss)

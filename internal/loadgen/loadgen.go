@@ -253,6 +253,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.brokerPID = brokerPID(cfg.Brokers)
 	if cfg.Workload == WorkloadMix {
+		r.chPID = brokerPID([]string{cfg.ClickHouse}) // the process listening on its port
+	}
+	if cfg.Workload == WorkloadMix {
 		r.ch, err = clickhouse.Open(chserver.Options(cfg.ClickHouse, "default"))
 		if err != nil {
 			return nil, fmt.Errorf("open ClickHouse %s: %w", cfg.ClickHouse, err)
@@ -293,7 +296,10 @@ type run struct {
 	// brokerPID is the local broker's process, for its CPU time; 0 when
 	// it was not found.
 	brokerPID int
-	log       *slog.Logger
+	// chPID is the local ClickHouse server's process (mix workload), for
+	// its CPU time; 0 when it was not found.
+	chPID int
+	log   *slog.Logger
 }
 
 func clientName(i int) string { return fmt.Sprintf("c%d", i) }

@@ -88,6 +88,13 @@ func TestRunSmall(t *testing.T) {
 	if want := fmt.Sprintf("| mutations | %d | %d | |", total, total); !strings.Contains(md.String(), want) {
 		t.Errorf("markdown lacks %q:\n%s", want, md.String())
 	}
+	// A ClickHouse on this machine (testenv's) has its CPU time measured.
+	if brokerPID([]string{ch.Addr}) != 0 {
+		t.Logf("ClickHouse's CPU time during Canon's run: %s", c.ClickHouseCPU)
+		if c.ClickHouseCPU <= 0 || !strings.Contains(md.String(), "| CPU per mutation (ms, the ClickHouse server during Canon's run) |") {
+			t.Errorf("ClickHouse's CPU time: %s, and the report's row:\n%s", c.ClickHouseCPU, md.String())
+		}
+	}
 	pngPath := filepath.Join(dir, "latency.png")
 	if err := rep.SavePlot(pngPath); err != nil {
 		t.Fatal(err)

@@ -121,6 +121,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| CPU per mutation (ms, the broker during Canon's run; during the baseline's) | %.2f; %.2f |\n",
 			per(float64(c.BrokerCPU)/float64(time.Millisecond)), float64(raw.BrokerCPU)/float64(time.Millisecond)/float64(max(1, raw.Consumed)))
 	}
+	if c.ClickHouseCPU > 0 {
+		fmt.Fprintf(&b, "| CPU per mutation (ms, the ClickHouse server during Canon's run) | %.2f |\n", per(float64(c.ClickHouseCPU)/float64(time.Millisecond)))
+	}
 	if c.Transactions > 0 {
 		fmt.Fprintf(&b, "| sequencer transactions; mutations per transaction; mean transaction (ms) | %d; %.2f; %s |\n",
 			c.Transactions, float64(c.Mutations)/float64(c.Transactions), ms(c.TransactionTime/time.Duration(c.Transactions)))
@@ -151,6 +154,9 @@ type Summary struct {
 	// CPU per mutation in µs: Canon's process, the broker during Canon's
 	// run, both, and the broker during the baseline (per record).
 	CanonCPU, BrokerCPU, TotalCPU, RawBrokerCPU float64
+	// ClickHouseCPU is the local ClickHouse server's CPU per mutation in
+	// µs during Canon's run (0 when not measured); not in TotalCPU.
+	ClickHouseCPU float64
 	// Push → websocket p50 and p99 in ms, and the baseline's produce →
 	// consume p50.
 	P50, P99, RawP50 float64
@@ -171,8 +177,8 @@ func (r *Report) Summary() Summary {
 	s := Summary{
 		Throughput: c.Throughput(), Raw: raw.Throughput(),
 		CanonCPU: us(c.CPU, c.Mutations), BrokerCPU: us(c.BrokerCPU, c.Mutations), TotalCPU: us(c.CPU+c.BrokerCPU, c.Mutations),
-		RawBrokerCPU: us(raw.BrokerCPU, raw.Consumed),
-		P50:          msf(c.PushToWebsocket.P50), P99: msf(c.PushToWebsocket.P99), RawP50: msf(raw.Latency.P50),
+		RawBrokerCPU: us(raw.BrokerCPU, raw.Consumed), ClickHouseCPU: us(c.ClickHouseCPU, c.Mutations),
+		P50: msf(c.PushToWebsocket.P50), P99: msf(c.PushToWebsocket.P99), RawP50: msf(raw.Latency.P50),
 	}
 	if s.Raw > 0 {
 		s.Ratio = s.Throughput / s.Raw

@@ -9,10 +9,11 @@ package history
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
+	"github.com/canon-sync/canon/internal/chunkhash"
 	"github.com/canon-sync/canon/schemas"
 )
 
@@ -22,6 +23,7 @@ const (
 	maxCachedChunkBytes = 64 << 20
 	maxCachedBodies     = 200_000
 	maxCachedAncestries = 100_000
+	maxCheckedBodies    = 10_000
 )
 
 // batchContent is what a batch holds that ClickHouse may not have yet:
@@ -46,11 +48,14 @@ type contentCache struct {
 	// projector down to one lookup per body.
 	absent   map[string]struct{}
 	ancestry map[branchKey][]ancestor
+	// checked are the last bodies checked, by their first chunk's key:
+	// the next version of an edited item resumes the hash from them.
+	checked map[string]*chunkhash.Checked[string]
 }
 
 func newContentCache() contentCache {
 	return contentCache{chunks: map[string][]byte{}, bodies: map[string]struct{}{}, absent: map[string]struct{}{},
-		ancestry: map[branchKey][]ancestor{}}
+		ancestry: map[branchKey][]ancestor{}, checked: map[string]*chunkhash.Checked[string]{}}
 }
 
 // prune starts the caches over when they grew past their bounds; called
@@ -70,13 +75,16 @@ func (c *contentCache) prune() {
 	if len(c.ancestry) > maxCachedAncestries {
 		clear(c.ancestry)
 	}
+	if len(c.checked) > maxCheckedBodies {
+		clear(c.checked)
+	}
 }
 
 func chunkKey(org, project, hash string) string { return org + "/" + project + "/" + hash }
 
 // addChunk takes a chunk record into the batch and the cache.
 func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
-	p.batch.chunks.add(c.Org, c.Project, c.Hash, c.Data, offset)
+	p.batch.chunks.add(c.Org, c.Project, c.Hash, [][]byte{c.Data}, offset)
 	k := chunkKey(c.Org, c.Project, c.Hash)
 	p.batchContent.chunks[k] = c.Data
 	if _, ok := p.cache.chunks[k]; !ok {
@@ -89,7 +97,7 @@ func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
 // SHA-256; ok is false when a chunk is nowhere to be found (the chunks
 // table misses what came before this database was filled: a backfill
 // fills it) or the bytes do not match.
-func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks []string) (_ []byte, ok bool, err error) {
+func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks []string) (_ [][]byte, ok bool, err error) {
 	parts := make([][]byte, len(chunks))
 	var missing []string
 	for i, h := range chunks {
@@ -131,20 +139,34 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 			p.cache.chunkBytes += len(d)
 		}
 	}
-	n := 0
-	for _, d := range parts {
-		n += len(d)
+	// The parts are hashed as they are, from the chunk after those this
+	// body shares with the last one checked that starts like it (the
+	// version before, for an edited item). They are returned as they are:
+	// a row keeps them and the insert joins them.
+	first := "" // no body of no chunks is kept
+	if len(chunks) > 0 {
+		first = chunkKey(org, project, chunks[0])
 	}
-	out := make([]byte, 0, n)
-	for _, d := range parts {
-		out = append(out, d...)
+	hs, err := chunkhash.New(chunks, p.cache.checked[first])
+	if err != nil {
+		return nil, false, err
 	}
-	sum := sha256.Sum256(out)
+	for i, d := range parts {
+		if i >= hs.Start {
+			if err := hs.Write(d); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	sum, checked := hs.Sum()
 	if hex.EncodeToString(sum[:]) != hash {
 		p.cfg.Log.Warn("projector: reassembled chunks do not match their hash", "project", org+"/"+project, "hash", hash)
 		return nil, false, nil
 	}
-	return out, true, nil
+	if checked != nil {
+		p.cache.checked[first] = checked
+	}
+	return parts, true, nil
 }
 
 // content adds what a version brings besides its rows: the bodies of its
@@ -166,7 +188,7 @@ func (p *Projector) content(ctx context.Context, v *schemas.Version, offset int6
 			if bigArgs == nil {
 				bigArgs = map[int]string{}
 			}
-			bigArgs[i] = string(args)
+			bigArgs[i] = joinParts(args)
 		}
 	}
 	for i := range v.Items {
@@ -235,4 +257,17 @@ func (p *Projector) ancestry(ctx context.Context, v *schemas.Version) ([]ancesto
 	p.cache.ancestry[k] = as
 	p.batchContent.ancestry[k] = as
 	return as, nil
+}
+
+func joinParts(parts [][]byte) string {
+	n := 0
+	for _, d := range parts {
+		n += len(d)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, d := range parts {
+		b.Write(d)
+	}
+	return b.String()
 }

@@ -82,24 +82,25 @@ func (r *mutationRows) columns() []any {
 }
 
 // blobRows are the rows of bodies and of chunks: bytes by hash within a
-// project.
+// project. A row's bytes are kept as the parts they are made of (a body's
+// chunks, as read), and joined only into the insert's buffer.
 type blobRows struct {
 	org, project, hash []string
 	size               []uint64
-	data               []string
+	data               [][][]byte
 	kafkaOffset        []int64
 }
 
-func (r *blobRows) columns() []any {
-	return []any{r.org, r.project, r.hash, r.size, r.data, r.kafkaOffset}
-}
-
-func (r *blobRows) add(org, project, hash string, data []byte, offset int64) {
+func (r *blobRows) add(org, project, hash string, parts [][]byte, offset int64) {
+	var n uint64
+	for _, p := range parts {
+		n += uint64(len(p))
+	}
 	r.org = append(r.org, org)
 	r.project = append(r.project, project)
 	r.hash = append(r.hash, hash)
-	r.size = append(r.size, uint64(len(data)))
-	r.data = append(r.data, string(data))
+	r.size = append(r.size, n)
+	r.data = append(r.data, parts)
 	r.kafkaOffset = append(r.kafkaOffset, offset)
 }
 
