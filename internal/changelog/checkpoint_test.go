@@ -193,3 +193,55 @@ func TestRestoreIsCheckpointAndTail(t *testing.T) {
 		t.Fatalf("bogus checkpoint: restored %d, dropped %d, last start %d; want restored %d, dropped once, rebuilt from 0", r.restored, r.dropped, r.from, next)
 	}
 }
+
+// TestRestoreFindsACorruptTableAfterItsIngest: on the real broker, a
+// checkpoint whose table is corrupt in a local bucket (one byte changed,
+// the size kept) is ingested before its check ends (the check runs while
+// the tail is read), found corrupt before the restore returns, dropped,
+// and the partition rebuilt from the changelog's first record.
+func TestRestoreFindsACorruptTableAfterItsIngest(t *testing.T) {
+	e := newCheckpointEnv(t)
+	e.produce(2000)
+	owner := e.store("owner")
+	e.materialize(owner, nil)
+	m, err := e.bucket(owner, "").Take(context.Background(), 0, checkpoint.TakeOptions{TopicID: e.topicID(), Generation: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.produce(300)
+
+	// The largest file of the bucket is a table; replace it (as fileblob
+	// does) by a copy with one byte changed in its middle.
+	var largest string
+	var size int64
+	err = filepath.WalkDir(filepath.Join(e.dir, "bucket"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if info, err := d.Info(); err == nil && info.Size() > size {
+			largest, size = path, info.Size()
+		}
+		return nil
+	})
+	if err != nil || largest == "" {
+		t.Fatalf("no table in the bucket: %v", err)
+	}
+	data, err := os.ReadFile(largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(largest+".new", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(largest+".new", largest); err != nil {
+		t.Fatal(err)
+	}
+
+	fresh := e.store("fresh")
+	r := e.materialize(fresh, e.bucket(fresh, ""))
+	if r.restored != m.Offset || r.dropped != 1 || r.from != 0 {
+		t.Fatalf("corrupt table: restored %d, dropped %d, last start %d; want restored %d (ingested before its check ended), dropped once, rebuilt from 0",
+			r.restored, r.dropped, r.from, m.Offset)
+	}
+}

@@ -54,6 +54,18 @@ type Checkpoints interface {
 	Restore(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, err error)
 }
 
+// UncheckedCheckpoints are Checkpoints that can restore a partition
+// before its files are all checked against their checksums: check (nil
+// when nothing is left to check) waits for that, and fails when one is
+// corrupt. A bounded Materializer reads the tail meanwhile and waits for
+// the check before it returns, so the partition is not used before it
+// passed; a corrupt checkpoint found then is dropped, and the partition
+// rebuilt from the changelog. A Forever materializer waits before it
+// reads.
+type UncheckedCheckpoints interface {
+	RestoreUnchecked(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, check func(context.Context) error, err error)
+}
+
 // DefaultCheckpointGain is MaterializerConfig.CheckpointGain when 0.
 const DefaultCheckpointGain = 10_000
 
@@ -186,6 +198,9 @@ type Materializer struct {
 	// again, they are rebuilt from the changelog's first record.
 	noCheckpoint map[int32]bool
 	topicID      string
+	// checks wait for the checks of restored checkpoints that run while
+	// the tail is read (UncheckedCheckpoints), per partition.
+	checks map[int32]func(context.Context) error
 }
 
 // partState is a partition's materialization.
@@ -233,7 +248,7 @@ func NewMaterializer(cfg MaterializerConfig) (*Materializer, error) {
 	if cfg.Tail.Log == nil {
 		cfg.Tail.Log = discard
 	}
-	return &Materializer{cfg: cfg, noCheckpoint: map[int32]bool{}}, nil
+	return &Materializer{cfg: cfg, noCheckpoint: map[int32]bool{}, checks: map[int32]func(context.Context) error{}}, nil
 }
 
 // Run reads the changelog into the sink as the Until policy says: it
@@ -321,8 +336,13 @@ func (m *Materializer) run(ctx context.Context) error {
 	if reread {
 		m.Close() // it reads from the dropped offsets
 	}
+	if m.cfg.Until == Forever {
+		if err := m.checked(ctx); err != nil {
+			return err
+		}
+	}
 	if m.cfg.Until != Forever && m.reached() {
-		return nil
+		return m.checked(ctx)
 	}
 	if m.tail == nil {
 		if err := m.open(from); err != nil {
@@ -331,15 +351,45 @@ func (m *Materializer) run(ctx context.Context) error {
 	}
 	for m.cfg.Until == Forever || !m.reached() {
 		evs, err := m.tail.Poll(ctx)
+		if err == nil {
+			err = m.Take(evs)
+		} else if m.cfg.Until != Forever {
+			err = fmt.Errorf("read %s: %w", topic, err)
+		}
 		if err != nil {
-			if m.cfg.Until != Forever {
-				err = fmt.Errorf("read %s: %w", topic, err)
+			// A corrupt checkpoint can fail the tail (a block whose
+			// checksum fails): that is the one to report.
+			if cerr := m.checked(ctx); cerr != nil && ctx.Err() == nil {
+				return cerr
 			}
 			return err
 		}
-		if err := m.Take(evs); err != nil {
-			return err
+	}
+	return m.checked(ctx)
+}
+
+// checked waits for the checks of the checkpoints restored unchecked. A
+// partition whose checkpoint turned out corrupt is dropped, and run
+// answers errRebuild: it is rebuilt from the changelog.
+func (m *Materializer) checked(ctx context.Context) error {
+	rebuild := false
+	for p, check := range m.checks {
+		err := check(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		delete(m.checks, p)
+		if err == nil {
+			continue
+		}
+		m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and rebuilding it from the changelog", "partition", p, "err", err)
+		if derr := m.drop(p, err); derr != nil {
+			return derr
+		}
+		rebuild = true
+	}
+	if rebuild {
+		return errRebuild
 	}
 	return nil
 }
@@ -596,7 +646,17 @@ func (m *Materializer) restoreCheckpoints(ctx context.Context, from map[int32]in
 			}
 			m.topicID = id
 		}
-		o, ok, err := m.cfg.Checkpoints.Restore(ctx, p, m.topicID, after, stable[p])
+		var o int64
+		var ok bool
+		var check func(context.Context) error
+		if u, can := m.cfg.Checkpoints.(UncheckedCheckpoints); can {
+			o, ok, check, err = u.RestoreUnchecked(ctx, p, m.topicID, after, stable[p])
+		} else {
+			o, ok, err = m.cfg.Checkpoints.Restore(ctx, p, m.topicID, after, stable[p])
+		}
+		if check != nil {
+			m.checks[p] = check
+		}
 		switch {
 		case ctx.Err() != nil:
 			return restored, ctx.Err()
@@ -632,6 +692,7 @@ func TopicID(ctx context.Context, adm *kadm.Client, topic string) (string, error
 // drop drops partition p from the sink for a rebuild.
 func (m *Materializer) drop(p int32, why error) error {
 	m.noCheckpoint[p] = true
+	delete(m.checks, p) // what it checks is dropped
 	if err := m.cfg.Sink.DropPartition(p); err != nil {
 		return err
 	}

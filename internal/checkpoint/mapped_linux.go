@@ -18,15 +18,10 @@ import (
 // Bucket files are never written in place, but a file truncated under
 // the mapping would fault on access; the fault is turned into an error
 // (debug.SetPanicOnFault) rather than a crash.
-func checkMapped(f File, path string) (ok bool, err error) {
+func checkMapped(f File, in *os.File) (ok bool, err error) {
 	if f.CRC32C == "" || f.Size <= 0 || f.Size != int64(int(f.Size)) {
 		return false, nil
 	}
-	in, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	defer in.Close()
 	st, err := in.Stat()
 	if err != nil {
 		return false, err

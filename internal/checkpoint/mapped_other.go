@@ -2,6 +2,8 @@
 
 package checkpoint
 
+import "os"
+
 // checkMapped is Linux only (MAP_POPULATE); elsewhere the caller reads
 // the file.
-func checkMapped(File, string) (bool, error) { return false, nil }
+func checkMapped(File, *os.File) (bool, error) { return false, nil }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	"gocloud.dev/blob"
@@ -36,10 +37,31 @@ import (
 // only when the bucket cannot be listed or ctx ends; the store's
 // partition is then untouched.
 func (k *Bucket) Restore(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, err error) {
+	offset, ok, _, err = k.restore(ctx, p, topicID, after, upTo, false)
+	return offset, ok, err
+}
+
+// RestoreUnchecked is Restore that may return before every restored file
+// is checked against its checksum, so that the check runs while the
+// caller reads the changelog's tail: the files linked from a local
+// bucket (file:// on the store's file system) are checked by check,
+// which waits for it. Until check returned nil the partition must not
+// be used (served, decided on): on an error (ErrInvalid, logged here)
+// the store holds a corrupt checkpoint, and the caller must drop the
+// partition and restore it another way. Everything else is checked
+// before RestoreUnchecked returns, as Restore does; Pebble checks the
+// tables' footers and indexes at their ingest, and the checksum of every
+// block it reads from them meanwhile. check is nil when nothing is left
+// to check.
+func (k *Bucket) RestoreUnchecked(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, check func(context.Context) error, err error) {
+	return k.restore(ctx, p, topicID, after, upTo, true)
+}
+
+func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, upTo int64, deferCheck bool) (offset int64, ok bool, check func(context.Context) error, err error) {
 	start := time.Now()
 	refs, err := k.list(ctx, k.manifestDir(p))
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	for _, ref := range refs {
 		if ref.offset > upTo {
@@ -49,26 +71,69 @@ func (k *Bucket) Restore(ctx context.Context, p int32, topicID string, after, up
 		if ref.offset <= after {
 			break // sorted: the rest are older still
 		}
-		o, err := k.restoreOne(ctx, p, topicID, ref)
+		o, pending, err := k.restoreOne(ctx, p, topicID, ref, deferCheck)
 		if err != nil {
 			if ctx.Err() != nil {
-				return 0, false, ctx.Err()
+				return 0, false, nil, ctx.Err()
 			}
 			k.skip(p, ref.key, err)
 			continue
+		}
+		if pending != nil {
+			check = func(ctx context.Context) error {
+				select {
+				case <-pending.done:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				if pending.err != nil {
+					k.skip(p, ref.key, pending.err)
+				}
+				return pending.err
+			}
 		}
 		d := time.Since(start)
 		if mt := k.cfg.Metrics; mt != nil {
 			mt.restores.WithLabelValues("restored").Inc()
 			mt.restoreTime.Observe(d.Seconds())
 		}
-		k.log.Info("partition restored from a checkpoint", "partition", p, "offset", o, "manifest", ref.key, "took", d)
-		return o, true, nil
+		k.log.Info("partition restored from a checkpoint", "partition", p, "offset", o, "manifest", ref.key, "took", d,
+			"checking", check != nil)
+		return o, true, check, nil
 	}
 	if mt := k.cfg.Metrics; mt != nil {
 		mt.restores.WithLabelValues("none").Inc()
 	}
-	return 0, false, nil
+	return 0, false, nil, nil
+}
+
+// pendingCheck is the check of linked files that runs on after a
+// restore returned (RestoreUnchecked).
+type pendingCheck struct {
+	done chan struct{} // closed when err is set
+	err  error
+}
+
+// checkLinked checks the linked files against files in the background,
+// downloadWorkers at once, and closes them.
+func checkLinked(files []File, linked []*os.File) *pendingCheck {
+	pc := &pendingCheck{done: make(chan struct{})}
+	go func() {
+		defer close(pc.done)
+		var g errgroup.Group
+		g.SetLimit(downloadWorkers())
+		for i, in := range linked {
+			if in == nil {
+				continue
+			}
+			g.Go(func() error {
+				defer in.Close()
+				return checkLocal(files[i], in)
+			})
+		}
+		pc.err = g.Wait()
+	}()
+	return pc
 }
 
 func (k *Bucket) skip(p int32, key string, err error) {
@@ -79,33 +144,36 @@ func (k *Bucket) skip(p int32, key string, err error) {
 }
 
 // restoreOne downloads, checks and restores one checkpoint.
-func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref manifestRef) (int64, error) {
+func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref manifestRef, deferCheck bool) (int64, *pendingCheck, error) {
 	m, err := k.readManifest(ctx, ref)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	switch {
 	case m.Topic != k.cfg.Topic || m.Partition != p:
-		return 0, fmt.Errorf("%w: the manifest is of %s[%d]", ErrInvalid, m.Topic, m.Partition)
+		return 0, nil, fmt.Errorf("%w: the manifest is of %s[%d]", ErrInvalid, m.Topic, m.Partition)
 	case m.TopicID != topicID:
-		return 0, fmt.Errorf("%w: the manifest is of topic incarnation %s, the changelog's is %s (topic recreated)", ErrInvalid, m.TopicID, topicID)
+		return 0, nil, fmt.Errorf("%w: the manifest is of topic incarnation %s, the changelog's is %s (topic recreated)", ErrInvalid, m.TopicID, topicID)
 	}
 	tmp, err := os.MkdirTemp(k.cfg.TempDir, restoreDirPrefix)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer os.RemoveAll(tmp) // a pending check reads its files through open descriptors
 	dir := filepath.Join(tmp, "ck")
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	start := time.Now()
+	// Only the tables of format 2 are ingested as they are; a format 1
+	// checkpoint is opened, so its files are checked first.
+	deferCheck = deferCheck && m.Format != formatPebbleCheckpoint
 	// A format 1 checkpoint is copied into new tables, which are synced
 	// as they are written; the tables of format 2 are linked into the
 	// store as they are, so they must be on disk first.
-	paths, synced, err := k.downloadAll(ctx, m.Files, dir, m.Format != formatPebbleCheckpoint)
+	paths, pending, synced, err := k.downloadAll(ctx, m.Files, dir, m.Format != formatPebbleCheckpoint, deferCheck)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	downloaded := time.Since(start)
 	var o int64
@@ -118,11 +186,14 @@ func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref ma
 		err = fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err != nil {
-		return 0, err
+		if pending != nil {
+			<-pending.done // its files are closed; the ingest's error is the one to report
+		}
+		return 0, nil, err
 	}
 	k.log.Info("checkpoint downloaded and ingested", "partition", p, "files", len(m.Files),
 		"download", downloaded-synced, "sync", synced, "ingest", time.Since(start)-downloaded)
-	return o, nil
+	return o, pending, nil
 }
 
 // restorePebbleCheckpoint restores a checkpoint of manifest format 1 (a
@@ -155,24 +226,46 @@ func downloadWorkers() int { return min(max(2*runtime.GOMAXPROCS(0), 4), 16) }
 const downloadBuffer = 1 << 20
 
 // downloadAll downloads files into dir, downloadWorkers at once, each
-// checked against its size and SHA-256 as it streams (no second read),
+// checked against its size and checksum as it streams (no second read),
 // and returns their paths in the order of files. With sync, every file
 // is fsynced once all are downloaded (they are then linked into the
 // store, and must not be lost in a crash after that); synced is how long
 // that took. The first error stops the others.
-func (k *Bucket) downloadAll(ctx context.Context, files []File, dir string, sync bool) (paths []string, synced time.Duration, err error) {
+//
+// With deferCheck, the files linked from a local bucket are not checked
+// before downloadAll returns: their check starts before the fsync and
+// runs on, and linked is it (nil when no file was linked).
+func (k *Bucket) downloadAll(ctx context.Context, files []File, dir string, sync, deferCheck bool) (paths []string, linked *pendingCheck, synced time.Duration, err error) {
 	paths = make([]string, len(files))
+	var open []*os.File
+	if deferCheck {
+		open = make([]*os.File, len(files))
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(downloadWorkers())
 	for i, f := range files {
 		paths[i] = filepath.Join(dir, f.Name)
-		g.Go(func() error { return k.download(gctx, f, paths[i]) })
+		g.Go(func() error {
+			var keep **os.File
+			if deferCheck {
+				keep = &open[i]
+			}
+			return k.download(gctx, f, paths[i], keep)
+		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, 0, err
+		for _, f := range open {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+		return nil, nil, 0, err
+	}
+	if slices.ContainsFunc(open, func(f *os.File) bool { return f != nil }) {
+		linked = checkLinked(files, open)
 	}
 	if !sync {
-		return paths, 0, nil
+		return paths, linked, 0, nil
 	}
 	start := time.Now()
 	// The downloads have handed their bytes to the kernel, which has
@@ -183,13 +276,17 @@ func (k *Bucket) downloadAll(ctx context.Context, files []File, dir string, sync
 	for _, path := range paths {
 		g.Go(func() error { return syncFile(path) })
 	}
-	if err := g.Wait(); err != nil {
-		return nil, 0, err
+	err = g.Wait()
+	if err == nil {
+		err = syncFile(dir)
 	}
-	if err := syncFile(dir); err != nil {
-		return nil, 0, err
+	if err != nil {
+		if linked != nil {
+			<-linked.done
+		}
+		return nil, nil, 0, err
 	}
-	return paths, time.Since(start), nil
+	return paths, linked, time.Since(start), nil
 }
 
 func syncFile(path string) error {
@@ -218,7 +315,10 @@ func syncFile(path string) error {
 // hash is read from the link, not from the bucket's name, so an object
 // replaced meanwhile cannot slip in unchecked. Otherwise (another file
 // system, S3) the object is streamed to path and hashed on the way.
-func (k *Bucket) download(ctx context.Context, f File, path string) error {
+//
+// With keep, a linked file is not checked but left open in *keep for a
+// check later (RestoreUnchecked); its size is checked here.
+func (k *Bucket) download(ctx context.Context, f File, path string, keep **os.File) error {
 	r, local, err := k.openObject(ctx, k.fileKey(f.SHA256))
 	if err != nil {
 		return fmt.Errorf("%w: file %s (%s): %w", ErrInvalid, f.Name, f.SHA256, err)
@@ -228,16 +328,16 @@ func (k *Bucket) download(ctx context.Context, f File, path string) error {
 		return fmt.Errorf("%w: file %s (%s) has %d bytes, the manifest says %d (truncated)", ErrInvalid, f.Name, f.SHA256, r.Size(), f.Size)
 	}
 	if local != "" && os.Link(local, path) == nil {
-		if ok, err := checkMapped(f, path); ok {
-			return err
-		}
-		buf := make([]byte, downloadBuffer)
 		in, err := os.Open(path)
 		if err != nil {
 			return err
 		}
+		if keep != nil {
+			*keep = in
+			return nil
+		}
 		defer in.Close()
-		return checkFile(f, in, io.Discard, buf)
+		return checkLocal(f, in)
 	}
 	out, err := os.Create(path)
 	if err != nil {
@@ -248,6 +348,15 @@ func (k *Bucket) download(ctx context.Context, f File, path string) error {
 		err = cerr
 	}
 	return err
+}
+
+// checkLocal checks a linked file against f: through a mapping where it
+// can, by reading it otherwise.
+func checkLocal(f File, in *os.File) error {
+	if ok, err := checkMapped(f, in); ok {
+		return err
+	}
+	return checkFile(f, io.NewSectionReader(in, 0, f.Size+1), io.Discard, make([]byte, downloadBuffer))
 }
 
 // openObject opens the object at key, and names the file behind it when
