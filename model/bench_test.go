@@ -91,20 +91,7 @@ func BenchmarkDecideLargeSplice(b *testing.B) {
 				model.WithoutBlobCache(dec)
 			}
 			text := model.SampleText(300<<10, 11)
-			decide := func(id uint64, name string, args string) {
-				d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
-					Org: testOrg, Project: testProject, Client: "c", ID: id, Name: name, Args: json.RawMessage(args),
-				}, Timestamp: testEpoch})
-				if err != nil || d.Kind != model.Applied {
-					b.Fatal(d.Kind, d.Message, err)
-				}
-				b.StopTimer()
-				if err := state.Apply(d.Version, d.Chunks); err != nil {
-					b.Fatal(err)
-				}
-				dec.Reset()
-				b.StartTimer()
-			}
+			decide := decideTimed(b, dec, state)
 			decide(1, model.ItemPut, `{"collection":"docs","id":"d1","data":{"body":`+string(text)+`}}`)
 			n := len(text) - 2 // ASCII: bytes are UTF-16 code units
 			b.SetBytes(int64(len(text)))
@@ -125,20 +112,7 @@ func BenchmarkDecideLargeSplice(b *testing.B) {
 func BenchmarkDecideEightLargeBodies(b *testing.B) {
 	state := modeltest.NewMemState()
 	dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
-	decide := func(id uint64, name string, args string) {
-		d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
-			Org: testOrg, Project: testProject, Client: "c", ID: id, Name: name, Args: json.RawMessage(args),
-		}, Timestamp: testEpoch})
-		if err != nil || d.Kind != model.Applied {
-			b.Fatal(d.Kind, d.Message, err)
-		}
-		b.StopTimer()
-		if err := state.Apply(d.Version, d.Chunks); err != nil {
-			b.Fatal(err)
-		}
-		dec.Reset()
-		b.StartTimer()
-	}
+	decide := decideTimed(b, dec, state)
 	const items = 8
 	n := 0
 	for i := range items {
@@ -152,5 +126,24 @@ func BenchmarkDecideEightLargeBodies(b *testing.B) {
 	for b.Loop() {
 		id++
 		decide(id, model.ItemSplice, fmt.Sprintf(`{"collection":"docs","id":"d%d","path":"/body","index":%d,"delete":3,"insert":"edit"}`, id%items, int(id*7919)%(n-4)))
+	}
+}
+
+// decideTimed returns a function that decides one mutation of client c
+// with dec, which must apply, and applies it to state outside the timer.
+func decideTimed(b *testing.B, dec *model.Decider, state *modeltest.MemState) func(id uint64, name, args string) {
+	return func(id uint64, name, args string) {
+		d, err := dec.Decide(model.MutationRecord{Mutation: &schemas.Mutation{
+			Org: testOrg, Project: testProject, Client: "c", ID: id, Name: name, Args: json.RawMessage(args),
+		}, Timestamp: testEpoch})
+		if err != nil || d.Kind != model.Applied {
+			b.Fatal(d.Kind, d.Message, err)
+		}
+		b.StopTimer()
+		if err := state.Apply(d.Version, d.Chunks); err != nil {
+			b.Fatal(err)
+		}
+		dec.Reset()
+		b.StartTimer()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
 )
@@ -173,16 +174,7 @@ func BenchmarkInsertBodies(b *testing.B) {
 		limit int
 	}{{"oneblock", math.MaxInt}, {"blocks", maxBlockBytes}} {
 		b.Run(c.name, func(b *testing.B) {
-			db := ch.Database(b)
-			conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			if _, err := Migrate(ctx, conn, db); err != nil {
-				b.Fatal(err)
-			}
-			w := &writer{conn: conn, db: db, blockBytes: c.limit}
+			w := benchWriter(ctx, b, ch, c.limit)
 			n := uint64(0)
 			for _, s := range batch.bodies.size {
 				n += s
@@ -215,17 +207,8 @@ func BenchmarkInsertBatch(b *testing.B) {
 		limit, idle int
 	}{{"oneblock-idle5", math.MaxInt, 5}, {"blocks-idle5", maxBlockBytes, 5}, {"blocks-idle8", maxBlockBytes, maxConns}} {
 		b.Run(c.name, func(b *testing.B) {
-			db := ch.Database(b)
 			idleConns = c.idle
-			conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			if _, err := Migrate(ctx, conn, db); err != nil {
-				b.Fatal(err)
-			}
-			w := &writer{conn: conn, db: db, blockBytes: c.limit}
+			w := benchWriter(ctx, b, ch, c.limit)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -301,4 +284,20 @@ func BenchmarkBlob(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchWriter opens a writer on a new, migrated database of ch that
+// inserts in blocks of at most limit bytes of strings; the connection
+// closes with b.
+func benchWriter(ctx context.Context, b *testing.B, ch *testenv.ClickHouse, limit int) *writer {
+	db := ch.Database(b)
+	conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	if _, err := Migrate(ctx, conn, db); err != nil {
+		b.Fatal(err)
+	}
+	return &writer{conn: conn, db: db, blockBytes: limit}
 }
