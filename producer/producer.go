@@ -386,38 +386,18 @@ func produceDirect(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) erro
 	if len(recs) == 0 {
 		return nil
 	}
-	var (
-		mu    sync.Mutex
-		first error
-		left  = len(recs)
-		done  = make(chan struct{})
-	)
+	pp := &roundPush{done: make(chan struct{})}
+	var left atomic.Int64
+	left.Store(int64(len(recs)))
 	for _, rec := range recs {
 		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = err
+			if err != nil {
+				pp.fail(err)
 			}
-			if left--; left == 0 {
-				close(done)
+			if left.Add(-1) == 0 {
+				close(pp.done)
 			}
 		})
 	}
-	result := func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		return first
-	}
-	select {
-	case <-done:
-		return result()
-	case <-ctx.Done():
-	}
-	select {
-	case <-done:
-		return result()
-	default:
-		return fmt.Errorf("no acknowledgement before the push's deadline (its records may still be written): %w", ctx.Err())
-	}
+	return pp.acked(ctx)
 }

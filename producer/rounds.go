@@ -11,7 +11,7 @@ import (
 )
 
 // rounds shares produce requests between concurrent pushes, the default
-// (Config.ProduceRounds). The Kafka client flushes by hand: one round of
+// (unless Config.ProduceDirect). The Kafka client flushes by hand: one round of
 // records is in flight at a time, and the records of every push that
 // arrives meanwhile wait for it to be acknowledged and then go out
 // together, in one produce request per broker, instead of one request
@@ -100,12 +100,32 @@ func (r *rounds) produce(ctx context.Context, recs []*kgo.Record) error {
 		return ctx.Err()
 	}
 	r.mu.Unlock()
+	return pp.acked(ctx)
+}
+
+// acked returns the push's error once its records are acknowledged or
+// failed, or, when ctx ends first, an error saying they may still be
+// written. A direct push (produceDirect) waits through it too.
+func (pp *roundPush) acked(ctx context.Context) error {
 	select {
 	case <-pp.done:
-		return pp.result()
-	default:
+	case <-ctx.Done():
+		select {
+		case <-pp.done:
+		default:
+			return fmt.Errorf("no acknowledgement before the push's deadline (its records may still be written): %w", ctx.Err())
+		}
 	}
-	return fmt.Errorf("no acknowledgement before the push's deadline (its records may still be written): %w", ctx.Err())
+	return pp.result()
+}
+
+// fail keeps err as the push's error if it is its first record's to fail.
+func (pp *roundPush) fail(err error) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.err == nil {
+		pp.err = err
+	}
 }
 
 func (pp *roundPush) result() error {
@@ -187,11 +207,7 @@ func (r *rounds) send(round []*roundPush) {
 		for _, rec := range pp.recs {
 			r.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 				if err != nil {
-					pp.mu.Lock()
-					if pp.err == nil {
-						pp.err = err
-					}
-					pp.mu.Unlock()
+					pp.fail(err)
 				}
 				acked.Done()
 			})
