@@ -57,8 +57,8 @@ func New[K comparable](chunks []K, prev *Checked[K]) (*Hasher[K], error) {
 			same++
 		}
 		if n := min(same/Every, len(prev.states)); n > 0 {
-			if err := hs.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(prev.states[n-1]); err != nil {
-				return nil, fmt.Errorf("resume a body's hash: %w", err)
+			if err := resume(hs.h, prev.states[n-1]); err != nil {
+				return nil, err
 			}
 			hs.Start, hs.Size = n*Every, prev.sizes[n-1]
 			hs.keep.states, hs.keep.sizes = prev.states[:n:n], prev.sizes[:n:n]
@@ -74,9 +74,9 @@ func (hs *Hasher[K]) Write(data []byte) error {
 	hs.Size += int64(len(data))
 	hs.next++
 	if hs.keep != nil && hs.next%Every == 0 {
-		st, err := hs.h.(encoding.BinaryMarshaler).MarshalBinary()
+		st, err := save(hs.h)
 		if err != nil {
-			return fmt.Errorf("save a body's hash: %w", err)
+			return err
 		}
 		hs.keep.states, hs.keep.sizes = append(hs.keep.states, st), append(hs.keep.sizes, hs.Size)
 	}
@@ -119,8 +119,8 @@ func Sum(body, prev []byte, prevMarks *Marks) (sum [32]byte, marks *Marks, err e
 		n := min(len(prev), len(body), len(prevMarks.states)*MarkEvery)
 		same := commonPrefix(prev[:n], body[:n])
 		if k := same / MarkEvery; k > 0 {
-			if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(prevMarks.states[k-1]); err != nil {
-				return sum, nil, fmt.Errorf("resume a body's hash: %w", err)
+			if err := resume(h, prevMarks.states[k-1]); err != nil {
+				return sum, nil, err
 			}
 			at = k * MarkEvery
 			marks.states = prevMarks.states[:k:k]
@@ -129,9 +129,9 @@ func Sum(body, prev []byte, prevMarks *Marks) (sum [32]byte, marks *Marks, err e
 	for at+MarkEvery <= len(body) {
 		h.Write(body[at : at+MarkEvery])
 		at += MarkEvery
-		st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+		st, err := save(h)
 		if err != nil {
-			return sum, nil, fmt.Errorf("save a body's hash: %w", err)
+			return sum, nil, err
 		}
 		marks.states = append(marks.states, st)
 	}
@@ -155,4 +155,21 @@ func commonPrefix(a, b []byte) int {
 		n++
 	}
 	return n
+}
+
+// save is h's state, for resume.
+func save(h hash.Hash) ([]byte, error) {
+	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("save a body's hash: %w", err)
+	}
+	return st, nil
+}
+
+// resume sets h to a state save returned.
+func resume(h hash.Hash, st []byte) error {
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(st); err != nil {
+		return fmt.Errorf("resume a body's hash: %w", err)
+	}
+	return nil
 }
