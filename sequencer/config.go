@@ -27,7 +27,7 @@ const (
 	DefaultGroup           = "canon-sequencer"
 	DefaultMaxBatchRecords = 500
 	DefaultMaxBatchTime    = 20 * time.Millisecond
-	DefaultLinger          = time.Millisecond
+	DefaultLinger          = 100 * time.Millisecond
 	DefaultGatherWait      = 2 * time.Millisecond
 	DefaultPushWait        = 6 * time.Millisecond
 	DefaultSessionTimeout  = 8 * time.Second
@@ -112,9 +112,14 @@ type Config struct {
 	// Inflight says are coming, from its first poll; default 6ms,
 	// negative ignores Inflight.
 	PushWait time.Duration
-	// Linger is the producer linger; default 1ms. Records of a batch are
-	// flushed when the transaction ends, so a longer linger only adds
-	// latency.
+	// Linger is the producer linger; default 100ms, longer than a
+	// transaction lasts before its end (MaxBatchDuration and PushWait are
+	// shorter), so that its records leave in one produce request when the
+	// transaction flushes them at its end, which does not wait for the
+	// linger. A short linger sends the first records while the
+	// transaction still takes more, and the rest at its end: more produce
+	// requests per transaction for the broker to verify and write
+	// (docs/performance.md measures both).
 	Linger time.Duration
 	// SessionTimeout of the group membership; default 8s. An instance
 	// that stops heartbeating for this long loses its partitions, and its
@@ -259,7 +264,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("sequencer: batch sizes must be positive (max batch %d, restore batch %d)", c.MaxBatchRecords, c.RestoreBatch))
 	}
 	if c.Linger < 0 || c.Linger > time.Second {
-		errs = append(errs, fmt.Errorf("sequencer: linger %v: use 0 to 1s (default 1ms)", c.Linger))
+		errs = append(errs, fmt.Errorf("sequencer: linger %v: use 0 to 1s (default 100ms)", c.Linger))
 	}
 	if c.GatherWait > time.Second {
 		errs = append(errs, fmt.Errorf("sequencer: gather wait %v: use at most 1s, or a negative value to disable it (default 2ms)", c.GatherWait))
