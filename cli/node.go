@@ -125,6 +125,9 @@ type node struct {
 	// --producer-rounds=false).
 	producerLinger time.Duration
 	producerDirect bool
+	// producerGather is the producer role's Config.RoundGather (hidden
+	// --producer-gather).
+	producerGather time.Duration
 	// mutators are what the sequencer role decides with: the built-ins
 	// and the application's (Options.Mutators).
 	mutators *model.Registry

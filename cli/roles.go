@@ -405,6 +405,7 @@ func (n *node) newProducer(clientID string, readable func(context.Context, int32
 		Inflight:       inflight,
 		Linger:         n.producerLinger,
 		ProduceDirect:  n.producerDirect,
+		RoundGather:    n.producerGather,
 	})
 }
 

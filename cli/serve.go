@@ -35,6 +35,9 @@ type serveFlags struct {
 	// and --producer-rounds (producer.Config.Linger, and ProduceDirect
 	// when false).
 	producerLinger time.Duration
+	// producerGather is --producer-gather (hidden;
+	// producer.Config.RoundGather).
+	producerGather time.Duration
 	producerRounds bool
 }
 
@@ -105,6 +108,9 @@ the same roles to scale out: Kafka's consumer groups share the partitions.`,
 	_ = cmd.Flags().MarkHidden("sequencer-linger")
 	cmd.Flags().DurationVar(&f.producerLinger, "producer-linger", 0, "producer linger of the pushes' records, with --producer-rounds=false only (0: none, the producer's default)")
 	_ = cmd.Flags().MarkHidden("producer-linger")
+	cmd.Flags().DurationVar(&f.producerGather, "producer-gather", 0,
+		"how long a round of pushes opened right after waiting pushes were answered waits for their clients' next pushes (0: the producer's default, negative: never)")
+	_ = cmd.Flags().MarkHidden("producer-gather")
 	cmd.Flags().BoolVar(&f.producerRounds, "producer-rounds", true,
 		"concurrent pushes share produce requests, one round in flight at a time; false: each push produces at once (direct)")
 	_ = cmd.Flags().MarkHidden("gather-fresh")
@@ -154,6 +160,7 @@ func runServe(ctx context.Context, f *serveFlags, mutators *model.Registry, log 
 	}
 	n.seq = f.seq
 	n.producerLinger, n.producerDirect = f.producerLinger, !f.producerRounds
+	n.producerGather = f.producerGather
 	n.checkpoints = &f.ckpt
 	if n.partitions, err = parsePartitionSet(f.partitions, n.topics.Partitions); err != nil {
 		return usageError{err}

@@ -83,6 +83,12 @@ type Config struct {
 	// once. A linger of a few milliseconds trades push latency for fewer,
 	// larger produce requests. It applies to ProduceDirect only.
 	Linger time.Duration
+	// RoundGather bounds how long a round of records that opens right
+	// after pushes waiting for their outcomes were answered waits for
+	// their clients' next pushes, so that closed-loop clients answered
+	// together share one round (rounds.go); default 1ms, negative never
+	// waits. It applies to rounds only (not ProduceDirect).
+	RoundGather time.Duration
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement; default 10s.
 	ProduceTimeout time.Duration
 	// Log receives the producer's logs; nil discards them.
@@ -154,6 +160,9 @@ func (c *Config) setDefaults() {
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = DefaultProduceTimeout
 	}
+	if c.RoundGather == 0 {
+		c.RoundGather = DefaultRoundGather
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -183,6 +192,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Linger < 0 || c.Linger > time.Second {
 		errs = append(errs, fmt.Errorf("producer: linger %v: use 0 (none, the default) to 1s", c.Linger))
+	}
+	if c.RoundGather > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("producer: round gather %v: use at most 100ms, or a negative value to never wait (default %v)", c.RoundGather, DefaultRoundGather))
 	}
 	if c.Linger != 0 && !c.ProduceDirect {
 		errs = append(errs, fmt.Errorf("producer: linger %v does not apply to produce rounds (the default): set ProduceDirect (--producer-rounds=false), or use 0", c.Linger))
@@ -251,12 +263,15 @@ func New(cfg Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, limiter: newLimiter(cfg.Rate, cfg.Burst), m: newMetrics(cfg.Registerer)}
 	if !cfg.ProduceDirect {
-		p.rounds = &rounds{cl: cl, limit: roundLimit, m: p.m}
+		p.rounds = &rounds{cl: cl, limit: roundLimit, m: p.m, gather: max(cfg.RoundGather, 0)}
 	}
 	if cfg.Partitions > 0 {
 		if p.watch, err = newWatcher(&p.cfg); err != nil {
 			cl.Close()
 			return nil, err
+		}
+		if p.rounds != nil {
+			p.watch.answered = p.rounds.answered
 		}
 	}
 	return p, nil
@@ -344,19 +359,23 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 		block[i] = kgo.Record{Key: key, Value: values[i], Timestamp: received, Headers: headers}
 		recs[i] = &block[i]
 	}
-	part := int32(-1)
+	// The in-process sequencer's hint (Config.Inflight) counts the
+	// records until they are acknowledged or failed, which for a push
+	// that gave up at its deadline with its records in flight is after
+	// it returns.
+	var settled func(error)
 	if n := p.cfg.Inflight.Partitions(); n > 0 {
-		part = schemas.Partition(key, n)
+		part, last := schemas.Partition(key, n), recs[len(recs)-1]
 		p.cfg.Inflight.Writing(part, len(recs))
-	}
-	err := p.send(ctx, recs)
-	if part >= 0 {
-		end := int64(0)
-		if last := recs[len(recs)-1]; err == nil && last.Partition == part {
-			end = last.Offset + 1
+		settled = func(err error) {
+			end := int64(0)
+			if err == nil && last.Partition == part {
+				end = last.Offset + 1
+			}
+			p.cfg.Inflight.Written(part, len(recs), end)
 		}
-		p.cfg.Inflight.Written(part, len(recs), end)
 	}
+	err := p.send(ctx, recs, settled)
 	if err != nil {
 		return nil, err
 	}
@@ -369,12 +388,14 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 
 // send produces recs and waits for Kafka's acknowledgements: at once, or
 // in a round shared with concurrent pushes unless Config.ProduceDirect.
-// It returns the first record's error.
-func (p *Producer) send(ctx context.Context, recs []*kgo.Record) error {
+// It returns the first record's error; settled, when not nil, gets it
+// once the records are acknowledged or failed (or were not sent), later
+// than send returns when ctx ended while they were in flight.
+func (p *Producer) send(ctx context.Context, recs []*kgo.Record, settled func(error)) error {
 	if p.rounds != nil {
-		return p.rounds.produce(ctx, recs)
+		return p.rounds.produceSettled(ctx, recs, settled)
 	}
-	return produceDirect(ctx, p.cl, recs)
+	return produceDirect(ctx, p.cl, recs, settled)
 }
 
 // produceDirect produces recs at once and waits for their
@@ -382,8 +403,11 @@ func (p *Producer) send(ctx context.Context, recs []*kgo.Record) error {
 // for a record in flight however long the broker takes to answer (the
 // idempotent producer cannot fail it), it returns at ctx's end; the
 // records may still be written, and the retried push is deduplicated.
-func produceDirect(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+func produceDirect(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, settled func(error)) error {
 	if len(recs) == 0 {
+		if settled != nil {
+			settled(nil)
+		}
 		return nil
 	}
 	pp := &roundPush{done: make(chan struct{})}
@@ -399,5 +423,5 @@ func produceDirect(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) erro
 			}
 		})
 	}
-	return pp.acked(ctx)
+	return pp.acked(ctx, settled)
 }

@@ -46,11 +46,70 @@ type rounds struct {
 	// m receives the rounds' sizes and waits; nil in some tests.
 	m *metrics
 
+	// gather bounds how long a round that opens right after pushes were
+	// answered waits for their clients' next pushes (see answered); 0
+	// never waits.
+	gather time.Duration
+
 	mu sync.Mutex
-	// waiting are the pushes that arrived while a round was in flight;
-	// busy tells that one is.
+	// waiting are the pushes that arrived while a round was in flight
+	// or gathering; busy tells that one is.
 	waiting []*roundPush
 	busy    bool
+	// expected is how many pushes that waited for their outcomes were
+	// answered, at answeredAt, and not yet followed by a push; arrived
+	// is signaled when a push queues while a round gathers.
+	expected   int
+	answeredAt time.Time
+	arrived    chan struct{}
+}
+
+// gatherWindow is how long after pushes were answered their clients'
+// next pushes are expected: a closed-loop client pushes again at once
+// (well under a millisecond on one machine); one that paces its pushes
+// comes later, and no round waits for it.
+const gatherWindow = 2 * time.Millisecond
+
+// DefaultRoundGather is the default of Config.RoundGather.
+const DefaultRoundGather = time.Millisecond
+
+// answered tells the rounds that n pushes which waited for their
+// outcomes (?wait=applied) are being answered: the watcher calls it
+// when it hands them their outcomes, before their answers are written. The pushes of one transaction are
+// answered together, and closed-loop clients (one push in flight each,
+// the edits workload) push again at once: without a gather, the first
+// of those pushes opens a round alone and the others, a fraction of a
+// millisecond behind it, wait for its round trip and go in a second
+// round, so the sequencer's next transaction waits for two round trips
+// and fetches twice. A round that opens within gatherWindow of answers
+// waits, at most Config.RoundGather, until as many pushes arrived as
+// were answered.
+func (r *rounds) answered(n int) {
+	if r.gather <= 0 || n <= 0 {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	if now.Sub(r.answeredAt) > gatherWindow {
+		r.expected = 0
+	}
+	r.expected += n
+	r.answeredAt = now
+	r.mu.Unlock()
+}
+
+// expectLocked counts an arriving push against the expected ones and
+// reports whether more are expected; r.mu is held.
+func (r *rounds) expectLocked(now time.Time) bool {
+	if r.expected == 0 {
+		return false
+	}
+	if now.Sub(r.answeredAt) > gatherWindow {
+		r.expected = 0
+		return false
+	}
+	r.expected--
+	return r.expected > 0
 }
 
 // roundPush is one push's records, waiting for their acknowledgements.
@@ -70,23 +129,45 @@ type roundPush struct {
 // sent writes nothing and gets ctx's error; one whose round is in flight
 // gets an error wrapping ctx's, and its records may still be written.
 func (r *rounds) produce(ctx context.Context, recs []*kgo.Record) error {
+	return r.produceSettled(ctx, recs, nil)
+}
+
+// produceSettled is produce that also calls settled, when not nil, once
+// the push's records are acknowledged or failed, or it left unsent, with
+// the push's result: before it returns, or later when it stopped waiting
+// at its deadline while its records were in flight.
+func (r *rounds) produceSettled(ctx context.Context, recs []*kgo.Record, settled func(error)) error {
 	if err := ctx.Err(); err != nil {
+		if settled != nil {
+			settled(err)
+		}
 		return err
 	}
-	pp := &roundPush{ctx: ctx, recs: recs, arrived: time.Now(), done: make(chan struct{})}
+	now := time.Now()
+	pp := &roundPush{ctx: ctx, recs: recs, arrived: now, done: make(chan struct{})}
 	r.mu.Lock()
+	more := r.expectLocked(now)
 	if r.busy {
 		r.waiting = append(r.waiting, pp)
+		if r.arrived != nil && !more {
+			close(r.arrived) // the gathering round has what it waited for
+			r.arrived = nil
+		}
 		r.mu.Unlock()
 	} else {
 		r.busy = true
 		pp.taken = true
+		var gather chan struct{}
+		if more {
+			gather = make(chan struct{})
+			r.arrived = gather
+		}
 		r.mu.Unlock()
-		go r.run([]*roundPush{pp})
+		go r.run([]*roundPush{pp}, gather)
 	}
 	select {
 	case <-pp.done:
-		return pp.result()
+		return pp.settle(settled)
 	case <-ctx.Done():
 	}
 	r.mu.Lock()
@@ -97,26 +178,47 @@ func (r *rounds) produce(ctx context.Context, recs []*kgo.Record) error {
 			r.waiting = slices.Delete(r.waiting, i, i+1)
 		}
 		r.mu.Unlock()
+		if settled != nil {
+			settled(ctx.Err())
+		}
 		return ctx.Err()
 	}
 	r.mu.Unlock()
-	return pp.acked(ctx)
+	return pp.acked(ctx, settled)
 }
 
 // acked returns the push's error once its records are acknowledged or
 // failed, or, when ctx ends first, an error saying they may still be
-// written. A direct push (produceDirect) waits through it too.
-func (pp *roundPush) acked(ctx context.Context) error {
+// written. A direct push (produceDirect) waits through it too. settled,
+// when not nil, gets the push's result once its records are
+// acknowledged or failed, later if ctx ended first.
+func (pp *roundPush) acked(ctx context.Context, settled func(error)) error {
 	select {
 	case <-pp.done:
 	case <-ctx.Done():
 		select {
 		case <-pp.done:
 		default:
+			if settled != nil {
+				go func() {
+					<-pp.done
+					settled(pp.result())
+				}()
+			}
 			return fmt.Errorf("no acknowledgement before the push's deadline (its records may still be written): %w", ctx.Err())
 		}
 	}
-	return pp.result()
+	return pp.settle(settled)
+}
+
+// settle returns the result of a push that is done, given to settled
+// first when not nil.
+func (pp *roundPush) settle(settled func(error)) error {
+	err := pp.result()
+	if settled != nil {
+		settled(err)
+	}
+	return err
 }
 
 // fail keeps err as the push's error if it is its first record's to fail.
@@ -134,30 +236,29 @@ func (pp *roundPush) result() error {
 	return pp.err
 }
 
-// run sends rounds until no push waits.
-func (r *rounds) run(round []*roundPush) {
+// run sends rounds until no push waits. The first round holds round
+// and, when gather is not nil, first waits until it is closed (the
+// expected pushes arrived) or r.gather passed, and takes the pushes that
+// arrived meanwhile.
+func (r *rounds) run(round []*roundPush, gather chan struct{}) {
+	if gather != nil {
+		t := time.NewTimer(r.gather)
+		select {
+		case <-gather:
+		case <-t.C:
+		}
+		t.Stop()
+		r.mu.Lock()
+		if r.arrived == gather {
+			r.arrived = nil
+		}
+		round = r.takeLocked(round)
+		r.mu.Unlock()
+	}
 	for {
 		r.send(round)
 		r.mu.Lock()
-		round = round[:0]
-		n, records := 0, 0
-		for n < len(r.waiting) {
-			pp := r.waiting[n]
-			if pp.ctx.Err() != nil {
-				// Its produce returns ctx's error; it is not
-				// sent.
-				n++
-				continue
-			}
-			if len(round) > 0 && records+len(pp.recs) > r.limit {
-				break
-			}
-			pp.taken = true
-			round = append(round, pp)
-			records += len(pp.recs)
-			n++
-		}
-		r.waiting = append(r.waiting[:0], r.waiting[n:]...)
+		round = r.takeLocked(round[:0])
 		if len(round) == 0 {
 			r.busy = false
 			r.mu.Unlock()
@@ -165,6 +266,33 @@ func (r *rounds) run(round []*roundPush) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// takeLocked appends to round the waiting pushes that fit, in order,
+// dropping those whose context ended; r.mu is held.
+func (r *rounds) takeLocked(round []*roundPush) []*roundPush {
+	n, records := 0, 0
+	for _, pp := range round {
+		records += len(pp.recs)
+	}
+	for n < len(r.waiting) {
+		pp := r.waiting[n]
+		if pp.ctx.Err() != nil {
+			// Its produce returns ctx's error; it is not
+			// sent.
+			n++
+			continue
+		}
+		if len(round) > 0 && records+len(pp.recs) > r.limit {
+			break
+		}
+		pp.taken = true
+		round = append(round, pp)
+		records += len(pp.recs)
+		n++
+	}
+	r.waiting = append(r.waiting[:0], r.waiting[n:]...)
+	return round
 }
 
 // send buffers the records of a round, flushes them and waits for every

@@ -291,7 +291,7 @@ func TestDirectPushLeavesAtItsDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
-	err := produceDirect(ctx, cl, []*kgo.Record{{Partition: 0, Value: []byte("held")}})
+	err := produceDirect(ctx, cl, []*kgo.Record{{Partition: 0, Value: []byte("held")}}, nil)
 	took := time.Since(start)
 	<-first
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -299,5 +299,123 @@ func TestDirectPushLeavesAtItsDeadline(t *testing.T) {
 	}
 	if took > timeout+time.Second {
 		t.Fatalf("a push with a %v deadline returned after %v", timeout, took)
+	}
+}
+
+// Pushes answered together (?wait=applied) are followed by their
+// clients' next pushes: the first of those waits for the others, as
+// many as were answered, and all go in one produce request, not the
+// first alone and the others in a second round. The gather is long
+// here, so a test that passes quickly saw it end by the pushes, not by
+// its bound.
+func TestRoundsGatherAnsweredPushes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, produces := countingBroker(t)
+	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second}
+
+	const pushes = 8
+	for range pushes {
+		r.answered(1)
+	}
+	start := time.Now()
+	errs := make([]error, pushes)
+	var wg sync.WaitGroup
+	for i := range pushes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.produce(ctx, []*kgo.Record{{Partition: int32(i % 3), Value: fmt.Appendf(nil, "%d", i)}})
+		}()
+		if i == 0 {
+			// The first opens the round and gathers.
+			waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.arrived != nil })
+		}
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the pushes took %v: the round waited for its bound, not for the answered clients' pushes", took)
+	}
+	if n := produces(); n != 1 {
+		t.Fatalf("%d pushes after %d answers took %d produce requests, want 1", pushes, pushes, n)
+	}
+}
+
+// A push that does not follow answers, or follows them by more than
+// gatherWindow (a client that paces its pushes), goes out at once.
+func TestRoundsGatherOnlyRightAfterAnswers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, _ := countingBroker(t)
+	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second}
+	check := func(what string) {
+		t.Helper()
+		start := time.Now()
+		if err := r.produce(ctx, []*kgo.Record{{Partition: 0, Value: []byte(what)}}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Fatalf("%s took %v: it waited for pushes that were not coming", what, took)
+		}
+	}
+	check("a push without answers before it")
+	r.answered(1)
+	r.answered(1)
+	time.Sleep(2 * gatherWindow)
+	check("a push after answers older than the window")
+	// Two answered, the push is the first of the two: it gathers, and
+	// the second one releases it.
+	r.answered(1)
+	r.answered(1)
+	done := make(chan error, 1)
+	go func() { done <- r.produce(ctx, []*kgo.Record{{Partition: 1, Value: []byte("first")}}) }()
+	waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.arrived != nil })
+	check("the second push after two answers")
+	if err := <-done; err != nil {
+		t.Fatalf("the first push after two answers: %v", err)
+	}
+}
+
+// countingBroker is a kfake broker with topic "m" of 3 partitions and
+// a client of it that flushes by hand, as the rounds need; produces
+// counts its produce requests.
+func countingBroker(t *testing.T) (cl *kgo.Client, produces func() int) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var mu sync.Mutex
+	n := 0
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		n++
+		mu.Unlock()
+		return nil, nil, false
+	})
+	cl, err = kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("m"), kgo.ManualFlushing(),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }

@@ -61,6 +61,9 @@ type watcher struct {
 	recheck, firstCheck, maxCheck time.Duration
 	// dead is closed when the feed stopped following the changelog.
 	dead chan struct{}
+	// answered, when set, is told how many waiting pushes an outcome
+	// settled (rounds.answered), under mu.
+	answered func(n int)
 
 	mu     sync.Mutex
 	owners map[groupKey]string
@@ -118,6 +121,9 @@ type waiter struct {
 	// maxCheck).
 	check    time.Time
 	interval time.Duration
+	// last marks the waiter of a push's last mutation, which stands
+	// for the push in answered.
+	last bool
 }
 
 // maxOwners bounds the remembered group owners.
@@ -331,8 +337,15 @@ func (w *watcher) event(ev *changelog.Event) {
 // waiter that registers after it arrived.
 func (w *watcher) settle(o outcome) {
 	pos := position{o.Partition, o.Offset}
+	pushes := 0
 	for _, wt := range w.waits[pos] {
 		wt.done <- o
+		if wt.last {
+			pushes++
+		}
+	}
+	if pushes > 0 && w.answered != nil {
+		w.answered(pushes)
 	}
 	delete(w.waits, pos)
 	if _, ok := w.recent[pos]; !ok {
@@ -386,6 +399,12 @@ func (w *watcher) wait(ctx context.Context, written []wire.Written) ([]outcome, 
 		now := time.Now()
 		ws[i] = &waiter{pos: pos, since: now, done: make(chan outcome, 1), check: now.Add(w.firstCheck), interval: w.firstCheck}
 		w.waits[pos] = append(w.waits[pos], ws[i])
+	}
+	for i := len(ws) - 1; i >= 0; i-- {
+		if ws[i] != nil {
+			ws[i].last = true
+			break
+		}
 	}
 	w.mu.Unlock()
 	for i, wt := range ws {
