@@ -18,7 +18,9 @@ import (
 // per push (the idempotent producer allows five in flight per broker, so
 // without this each push of a closed loop was a request of its own).
 // Under load a round holds what arrived during one round trip to the
-// broker; alone, a push goes out at once. The price is one round in
+// broker; alone, a push goes out at once, unless it follows answers to
+// waiting pushes, whose clients' next pushes it waits for briefly (see
+// answered). The price is one round in
 // flight instead of five requests.
 //
 // Records keep their order: a push's records are handed to the client
@@ -75,15 +77,15 @@ const DefaultRoundGather = time.Millisecond
 
 // answered tells the rounds that n pushes which waited for their
 // outcomes (?wait=applied) are being answered: the watcher calls it
-// when it hands them their outcomes, before their answers are written. The pushes of one transaction are
-// answered together, and closed-loop clients (one push in flight each,
-// the edits workload) push again at once: without a gather, the first
-// of those pushes opens a round alone and the others, a fraction of a
-// millisecond behind it, wait for its round trip and go in a second
-// round, so the sequencer's next transaction waits for two round trips
-// and fetches twice. A round that opens within gatherWindow of answers
-// waits, at most Config.RoundGather, until as many pushes arrived as
-// were answered.
+// when it hands them their outcomes, before their answers are written.
+// The pushes of one transaction are answered together, and closed-loop
+// clients (one push in flight each, the edits workload) push again at
+// once: without a gather, the first of those pushes opens a round alone
+// and the others, a fraction of a millisecond behind it, wait for its
+// round trip and go in a second round, so the sequencer's next
+// transaction waits for two round trips and fetches twice. A round that
+// opens within gatherWindow of answers waits, at most
+// Config.RoundGather, until as many pushes arrived as were answered.
 func (r *rounds) answered(n int) {
 	if r.gather <= 0 || n <= 0 {
 		return
