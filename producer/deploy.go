@@ -181,7 +181,7 @@ func (p *Producer) produceDeploy(ctx context.Context, d *schemas.Deploy, value [
 			recs = append(recs, &kgo.Record{Key: key, Value: value, Headers: headers, Partition: i, Context: orgDeploy})
 		}
 	}
-	if err := p.send(ctx, recs, nil); err != nil {
+	if err := p.send(ctx, recs, "", nil); err != nil {
 		return nil, err
 	}
 	out := make([]wire.DeployedRecord, len(recs))

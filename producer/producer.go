@@ -375,7 +375,7 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 			p.cfg.Inflight.Written(part, len(recs), end)
 		}
 	}
-	err := p.send(ctx, recs, settled)
+	err := p.send(ctx, recs, ms[len(ms)-1].Client, settled)
 	if err != nil {
 		return nil, err
 	}
@@ -390,10 +390,11 @@ func (p *Producer) produce(ctx context.Context, ms []*schemas.Mutation, values [
 // in a round shared with concurrent pushes unless Config.ProduceDirect.
 // It returns the first record's error; settled, when not nil, gets it
 // once the records are acknowledged or failed (or were not sent), later
-// than send returns when ctx ended while they were in flight.
-func (p *Producer) send(ctx context.Context, recs []*kgo.Record, settled func(error)) error {
+// than send returns when ctx ended while they were in flight. client is
+// the push's (its last mutation's; "" for none), for the rounds' gather.
+func (p *Producer) send(ctx context.Context, recs []*kgo.Record, client string, settled func(error)) error {
 	if p.rounds != nil {
-		return p.rounds.produceSettled(ctx, recs, settled)
+		return p.rounds.produceSettled(ctx, recs, client, settled)
 	}
 	return produceDirect(ctx, p.cl, recs, settled)
 }

@@ -52,16 +52,20 @@ type rounds struct {
 	// answered waits for their clients' next pushes (see answered); 0
 	// never waits.
 	gather time.Duration
+	// window is how long after answers their clients' next pushes are
+	// expected; 0 is gatherWindow.
+	window time.Duration
 
 	mu sync.Mutex
 	// waiting are the pushes that arrived while a round was in flight
 	// or gathering; busy tells that one is.
 	waiting []*roundPush
 	busy    bool
-	// expected is how many pushes that waited for their outcomes were
-	// answered, at answeredAt, and not yet followed by a push; arrived
-	// is signaled when a push queues while a round gathers.
-	expected   int
+	// expected are the clients whose pushes waited for their outcomes
+	// and were answered, the last at answeredAt, and that have not
+	// pushed again since; arrived is closed when the last of them
+	// pushed while a round gathers.
+	expected   map[string]struct{}
 	answeredAt time.Time
 	arrived    chan struct{}
 }
@@ -75,43 +79,56 @@ const gatherWindow = 2 * time.Millisecond
 // DefaultRoundGather is the default of Config.RoundGather.
 const DefaultRoundGather = time.Millisecond
 
-// answered tells the rounds that n pushes which waited for their
-// outcomes (?wait=applied) are being answered: the watcher calls it
-// when it hands them their outcomes, before their answers are written.
-// The pushes of one transaction are answered together, and closed-loop
+// answered tells the rounds that a push of client which waited for its
+// outcomes (?wait=applied) is being answered: the watcher calls it when
+// it hands the push its outcomes, before the answer is written. The
+// pushes of one transaction are answered together, and closed-loop
 // clients (one push in flight each, the edits workload) push again at
 // once: without a gather, the first of those pushes opens a round alone
 // and the others, a fraction of a millisecond behind it, wait for its
 // round trip and go in a second round, so the sequencer's next
-// transaction waits for two round trips and fetches twice. A round that
-// opens within gatherWindow of answers waits, at most
-// Config.RoundGather, until as many pushes arrived as were answered.
-func (r *rounds) answered(n int) {
-	if r.gather <= 0 || n <= 0 {
+// transaction waits for two round trips and fetches twice. A round
+// opened by the next push of an answered client, within gatherWindow of
+// the answers, waits, at most Config.RoundGather, until the other
+// answered clients pushed too. A client that paces its pushes, or a
+// push of a client that was not answered, opens no gathering round.
+func (r *rounds) answered(client string) {
+	if r.gather <= 0 || client == "" {
 		return
 	}
 	now := time.Now()
 	r.mu.Lock()
-	if now.Sub(r.answeredAt) > gatherWindow {
-		r.expected = 0
+	if r.expected == nil || now.Sub(r.answeredAt) > r.windowLen() {
+		r.expected = map[string]struct{}{}
 	}
-	r.expected += n
+	r.expected[client] = struct{}{}
 	r.answeredAt = now
 	r.mu.Unlock()
 }
 
-// expectLocked counts an arriving push against the expected ones and
-// reports whether more are expected; r.mu is held.
-func (r *rounds) expectLocked(now time.Time) bool {
-	if r.expected == 0 {
+func (r *rounds) windowLen() time.Duration {
+	if r.window > 0 {
+		return r.window
+	}
+	return gatherWindow
+}
+
+// followsLocked reports whether a push of client arriving now is the
+// next push of an answered client, which it then no longer expects;
+// r.mu is held.
+func (r *rounds) followsLocked(now time.Time, client string) bool {
+	if client == "" || len(r.expected) == 0 {
 		return false
 	}
-	if now.Sub(r.answeredAt) > gatherWindow {
-		r.expected = 0
+	if now.Sub(r.answeredAt) > r.windowLen() {
+		clear(r.expected)
 		return false
 	}
-	r.expected--
-	return r.expected > 0
+	if _, ok := r.expected[client]; !ok {
+		return false
+	}
+	delete(r.expected, client)
+	return true
 }
 
 // roundPush is one push's records, waiting for their acknowledgements.
@@ -131,14 +148,15 @@ type roundPush struct {
 // sent writes nothing and gets ctx's error; one whose round is in flight
 // gets an error wrapping ctx's, and its records may still be written.
 func (r *rounds) produce(ctx context.Context, recs []*kgo.Record) error {
-	return r.produceSettled(ctx, recs, nil)
+	return r.produceSettled(ctx, recs, "", nil)
 }
 
-// produceSettled is produce that also calls settled, when not nil, once
-// the push's records are acknowledged or failed, or it left unsent, with
-// the push's result: before it returns, or later when it stopped waiting
-// at its deadline while its records were in flight.
-func (r *rounds) produceSettled(ctx context.Context, recs []*kgo.Record, settled func(error)) error {
+// produceSettled is produce for a push of client ("" when unknown) that
+// also calls settled, when not nil, once the push's records are
+// acknowledged or failed, or it left unsent, with the push's result:
+// before it returns, or later when it stopped waiting at its deadline
+// while its records were in flight.
+func (r *rounds) produceSettled(ctx context.Context, recs []*kgo.Record, client string, settled func(error)) error {
 	if err := ctx.Err(); err != nil {
 		if settled != nil {
 			settled(err)
@@ -148,11 +166,14 @@ func (r *rounds) produceSettled(ctx context.Context, recs []*kgo.Record, settled
 	now := time.Now()
 	pp := &roundPush{ctx: ctx, recs: recs, arrived: now, done: make(chan struct{})}
 	r.mu.Lock()
-	more := r.expectLocked(now)
+	follows := r.followsLocked(now, client)
+	more := follows && len(r.expected) > 0
 	if r.busy {
 		r.waiting = append(r.waiting, pp)
-		if r.arrived != nil && !more {
-			close(r.arrived) // the gathering round has what it waited for
+		if r.arrived != nil && len(r.expected) == 0 {
+			// The gathering round has what it waited for, or the
+			// answers are too old to expect more.
+			close(r.arrived)
 			r.arrived = nil
 		}
 		r.mu.Unlock()

@@ -100,7 +100,7 @@ func roundsUnderKill(t *testing.T, ctx context.Context, brokers []string, kill f
 		}
 		pctx, pcancel := context.WithTimeout(ctx, produceTimeout)
 		start := time.Now()
-		err := p.send(pctx, recs, nil)
+		err := p.send(pctx, recs, "", nil)
 		took := time.Since(start)
 		pcancel()
 		mu.Lock()

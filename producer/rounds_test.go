@@ -303,20 +303,19 @@ func TestDirectPushLeavesAtItsDeadline(t *testing.T) {
 }
 
 // Pushes answered together (?wait=applied) are followed by their
-// clients' next pushes: the first of those waits for the others, as
-// many as were answered, and all go in one produce request, not the
-// first alone and the others in a second round. The gather is long
-// here, so a test that passes quickly saw it end by the pushes, not by
-// its bound.
+// clients' next pushes: the first of those waits for the others of the
+// clients answered, and all go in one produce request, not the first
+// alone and the others in a second round. The gather is long here, so a
+// test that passes quickly saw it end by the pushes, not by its bound.
 func TestRoundsGatherAnsweredPushes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl, produces := countingBroker(t)
-	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second}
+	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second, window: 20 * time.Second}
 
 	const pushes = 8
-	for range pushes {
-		r.answered(1)
+	for i := range pushes {
+		r.answered(fmt.Sprintf("client-%d", i))
 	}
 	start := time.Now()
 	errs := make([]error, pushes)
@@ -325,7 +324,7 @@ func TestRoundsGatherAnsweredPushes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = r.produce(ctx, []*kgo.Record{{Partition: int32(i % 3), Value: fmt.Appendf(nil, "%d", i)}})
+			errs[i] = r.produceSettled(ctx, []*kgo.Record{{Partition: int32(i % 3), Value: fmt.Appendf(nil, "%d", i)}}, fmt.Sprintf("client-%d", i), nil)
 		}()
 		if i == 0 {
 			// The first opens the round and gathers.
@@ -346,38 +345,58 @@ func TestRoundsGatherAnsweredPushes(t *testing.T) {
 	}
 }
 
-// A push that does not follow answers, or follows them by more than
-// gatherWindow (a client that paces its pushes), goes out at once.
+// Only the next push of an answered client, within gatherWindow of the
+// answers, opens a gathering round: a push of no known client, of a
+// client that was not answered, or after the window (a client that
+// paces its pushes) goes out at once; and a gathering round is released
+// by the answered clients' pushes, not by others'.
 func TestRoundsGatherOnlyRightAfterAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl, _ := countingBroker(t)
-	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second}
-	check := func(what string) {
+	// A window of 200ms, long enough for this test's steps on a busy
+	// machine.
+	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second, window: 200 * time.Millisecond}
+	check := func(what, client string) {
 		t.Helper()
 		start := time.Now()
-		if err := r.produce(ctx, []*kgo.Record{{Partition: 0, Value: []byte(what)}}); err != nil {
+		if err := r.produceSettled(ctx, []*kgo.Record{{Partition: 0, Value: []byte(what)}}, client, nil); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		if took := time.Since(start); took > 10*time.Second {
 			t.Fatalf("%s took %v: it waited for pushes that were not coming", what, took)
 		}
 	}
-	check("a push without answers before it")
-	r.answered(1)
-	r.answered(1)
-	time.Sleep(2 * gatherWindow)
-	check("a push after answers older than the window")
-	// Two answered, the push is the first of the two: it gathers, and
-	// the second one releases it.
-	r.answered(1)
-	r.answered(1)
+	check("a push without answers before it", "a")
+	r.answered("a")
+	r.answered("b")
+	check("a push of a client that was not answered", "c")
+	check("a push without a client", "")
+	time.Sleep(2 * r.window)
+	check("a push after answers older than the window", "a")
+
+	r.window = 20 * time.Second
+	r.answered("a")
+	r.answered("b")
 	done := make(chan error, 1)
-	go func() { done <- r.produce(ctx, []*kgo.Record{{Partition: 1, Value: []byte("first")}}) }()
+	go func() { done <- r.produceSettled(ctx, []*kgo.Record{{Partition: 1, Value: []byte("first")}}, "a", nil) }()
 	waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.arrived != nil })
-	check("the second push after two answers")
-	if err := <-done; err != nil {
-		t.Fatalf("the first push after two answers: %v", err)
+	// Another client's push queues behind the gathering round without
+	// releasing it; b's releases both.
+	other := make(chan error, 1)
+	go func() { other <- r.produceSettled(ctx, []*kgo.Record{{Partition: 2, Value: []byte("other")}}, "c", nil) }()
+	waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.waiting) == 1 })
+	r.mu.Lock()
+	gathering := r.arrived != nil
+	r.mu.Unlock()
+	if !gathering {
+		t.Fatal("a push of a client that was not answered released the gathering round")
+	}
+	check("the push of the other answered client", "b")
+	for _, c := range []chan error{done, other} {
+		if err := <-c; err != nil {
+			t.Fatalf("a push of the gathered round: %v", err)
+		}
 	}
 }
 

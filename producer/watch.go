@@ -61,9 +61,9 @@ type watcher struct {
 	recheck, firstCheck, maxCheck time.Duration
 	// dead is closed when the feed stopped following the changelog.
 	dead chan struct{}
-	// answered, when set, is told how many waiting pushes an outcome
-	// settled (rounds.answered), under mu.
-	answered func(n int)
+	// answered, when set, is told the client of each waiting push an
+	// outcome settled (rounds.answered), under mu.
+	answered func(client string)
 
 	mu     sync.Mutex
 	owners map[groupKey]string
@@ -122,8 +122,9 @@ type waiter struct {
 	check    time.Time
 	interval time.Duration
 	// last marks the waiter of a push's last mutation, which stands
-	// for the push in answered.
-	last bool
+	// for the push in answered; client is that mutation's client.
+	last   bool
+	client string
 }
 
 // maxOwners bounds the remembered group owners.
@@ -337,15 +338,11 @@ func (w *watcher) event(ev *changelog.Event) {
 // waiter that registers after it arrived.
 func (w *watcher) settle(o outcome) {
 	pos := position{o.Partition, o.Offset}
-	pushes := 0
 	for _, wt := range w.waits[pos] {
 		wt.done <- o
-		if wt.last {
-			pushes++
+		if wt.last && w.answered != nil {
+			w.answered(wt.client)
 		}
-	}
-	if pushes > 0 && w.answered != nil {
-		w.answered(pushes)
 	}
 	delete(w.waits, pos)
 	if _, ok := w.recent[pos]; !ok {
@@ -402,7 +399,7 @@ func (w *watcher) wait(ctx context.Context, written []wire.Written) ([]outcome, 
 	}
 	for i := len(ws) - 1; i >= 0; i-- {
 		if ws[i] != nil {
-			ws[i].last = true
+			ws[i].last, ws[i].client = true, written[i].Client
 			break
 		}
 	}
