@@ -375,7 +375,12 @@ func TestRoundsGatherOnlyRightAfterAnswers(t *testing.T) {
 	time.Sleep(2 * r.window)
 	check("a push after answers older than the window", "a")
 
+	// The round of the last push ends after answering it: wait for it,
+	// so that a's push opens the next round.
+	waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return !r.busy })
+	r.mu.Lock()
 	r.window = 20 * time.Second
+	r.mu.Unlock()
 	r.answered("a")
 	r.answered("b")
 	done := make(chan error, 1)
@@ -384,7 +389,9 @@ func TestRoundsGatherOnlyRightAfterAnswers(t *testing.T) {
 	// Another client's push queues behind the gathering round without
 	// releasing it; b's releases both.
 	other := make(chan error, 1)
-	go func() { other <- r.produceSettled(ctx, []*kgo.Record{{Partition: 2, Value: []byte("other")}}, "c", nil) }()
+	go func() {
+		other <- r.produceSettled(ctx, []*kgo.Record{{Partition: 2, Value: []byte("other")}}, "c", nil)
+	}()
 	waitFor(t, func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.waiting) == 1 })
 	r.mu.Lock()
 	gathering := r.arrived != nil
