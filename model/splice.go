@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -159,6 +160,19 @@ walk:
 			to = i
 			break
 		}
+		// A run of plain ASCII is as many UTF-16 code units as bytes.
+		if r := plainRun(q[i:n]); r > 0 {
+			if index > u && index < u+int64(r) {
+				from = i + int(index-u)
+			}
+			if last > u && last < u+int64(r) {
+				to = i + int(last-u)
+				break
+			}
+			u += int64(r)
+			i += r
+			continue
+		}
 		size, w := 1, int64(1)
 		switch c := q[i]; {
 		case c == '\\':
@@ -195,6 +209,33 @@ walk:
 	}
 	from, to, err = walkEnd(index, del, u, from, to, n, cutAt)
 	return from, to, true, err
+}
+
+// plainRun is the length of the run of bytes at the start of b that
+// canonical JSON writes as they are and that are one UTF-16 code unit
+// each: ASCII but control characters, '"' and '\\'. It tests 8 bytes at
+// a time.
+func plainRun(b []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs } // a zero byte
+	n := 0
+	for n+8 <= len(b) {
+		w := binary.LittleEndian.Uint64(b[n:])
+		if w&highs|(w-0x20*ones)&^w&highs|zero(w^'"'*ones)|zero(w^'\\'*ones) != 0 {
+			break
+		}
+		n += 8
+	}
+	for n < len(b) {
+		if c := b[n]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // walkEnd ends the walk of spliceUTF16 or spliceOffsets for the UTF-16

@@ -277,3 +277,26 @@ func BenchmarkSpliceJSONLargeBody(b *testing.B) {
 		}
 	})
 }
+
+// TestPlainRun checks the 8-bytes-at-a-time run against its definition,
+// with each kind of byte that ends a run at every place of a word.
+func TestPlainRun(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	for _, stop := range []byte{0, 0x1f, '"', '\\', 0x80, 0xc3, 0xff} {
+		for n := 0; n <= 20; n++ {
+			for at := 0; at <= n; at++ {
+				b := []byte(strings.Repeat("a~ !#[]\x7f", 3))[:n]
+				if at < n {
+					b[at] = stop
+				}
+				want := 0
+				for want < len(b) && plain(b[want]) {
+					want++
+				}
+				if got := plainRun(b); got != want {
+					t.Fatalf("plainRun(%q) = %d, want %d", b, got, want)
+				}
+			}
+		}
+	}
+}
