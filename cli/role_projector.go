@@ -32,8 +32,10 @@ type clickhouseFlags struct {
 	tlsCA        string
 	tlsCert      string
 	tlsKey       string
-	// batchRows and batchInterval bound the projector's batches.
+	// batchRows, batchBytes and batchInterval bound the projector's
+	// batches.
 	batchRows     int
+	batchBytes    int
 	batchInterval time.Duration
 	// sessionTimeout is hidden: failure tests shorten it.
 	sessionTimeout time.Duration
@@ -56,7 +58,8 @@ func registerClickHouseFlags(cmd *cobra.Command) {
 	f := &clickhouseFlags{optional: cmd.Name() == "dev"}
 	f.register(cmd)
 	cmd.Flags().IntVar(&f.batchRows, "projector-batch-rows", history.DefaultBatchRows, "projector: insert a batch when it holds this many rows")
-	cmd.Flags().DurationVar(&f.batchInterval, "projector-batch-interval", history.DefaultBatchInterval, "projector: insert a batch when its first record is this old")
+	cmd.Flags().IntVar(&f.batchBytes, "projector-batch-bytes", history.DefaultBatchBytes, "projector: insert a batch when its bodies, chunks and args reach this many bytes")
+	cmd.Flags().DurationVar(&f.batchInterval, "projector-batch-interval", history.DefaultBatchInterval, "projector: insert a batch when its first record is this old (analysts see a version up to this long after its commit)")
 	cmd.Flags().DurationVar(&f.sessionTimeout, "projector-session-timeout", 0, "projector group session timeout (0: franz-go's default)")
 	_ = cmd.Flags().MarkHidden("projector-session-timeout")
 	prev := cmd.PreRunE

@@ -447,6 +447,7 @@ func (n *node) newProjector() (*history.Projector, error) {
 		Group:          n.topicPrefix + history.DefaultGroup,
 		ClickHouse:     chcfg,
 		BatchRows:      f.batchRows,
+		BatchBytes:     f.batchBytes,
 		BatchInterval:  f.batchInterval,
 		SessionTimeout: f.sessionTimeout,
 		Log:            n.log,

@@ -109,9 +109,20 @@ func BenchmarkDecideLargeSplice(b *testing.B) {
 // 300 KB bodies in turn, one per batch, as the mix's eight clients edit
 // their large items: with the blob cache's default bound, which holds
 // some 25 versions, each body must stay in memory between its edits.
+//
+// split cuts every new body whole; resplit (the Decider's default) cuts
+// again only around the edit.
 func BenchmarkDecideEightLargeBodies(b *testing.B) {
+	b.Run("split", func(b *testing.B) { benchmarkDecideEightLargeBodies(b, false) })
+	b.Run("resplit", func(b *testing.B) { benchmarkDecideEightLargeBodies(b, true) })
+}
+
+func benchmarkDecideEightLargeBodies(b *testing.B, resplit bool) {
 	state := modeltest.NewMemState()
 	dec := model.NewDecider(state, model.NewRegistry(), schemas.Limits{})
+	if !resplit {
+		model.WithoutResplit(dec)
+	}
 	decide := decideTimed(b, dec, state)
 	const items = 8
 	n := 0

@@ -31,13 +31,26 @@ type blobCache struct {
 	// chunkhash.MarkEvery bytes, by hash: the next version of an edited
 	// body resumes its hash after the bytes it shares with this one.
 	marks map[string]*chunkhash.Marks
-	// oldBodies, oldChunks and oldMarks are the generation before.
+	// splits are how large bodies were cut, by hash: the next version of
+	// an edited body is cut again only around the edit (resplitBody).
+	splits map[string]bodySplit
+	// oldBodies, oldChunks, oldMarks and oldSplits are the generation
+	// before.
 	oldBodies map[string][]byte
 	oldChunks map[uint64]chunkMemo
 	oldMarks  map[string]*chunkhash.Marks
+	oldSplits map[string]bodySplit
+	// noResplit cuts every body whole (benchmarks compare).
+	noResplit bool
 	// size counts each body or blob once, whole, when any of it is
 	// kept: what it keeps alive (chunks are slices of their blob).
 	size, limit int
+}
+
+// bodySplit is how a body was cut: each chunk's end offset and hash.
+type bodySplit struct {
+	ends   []int32
+	hashes []string
 }
 
 // chunkMemo is a chunk's bytes and their SHA-256 in lower-case hex.
@@ -58,7 +71,7 @@ const minCachedBody = ChunkMinSize + 1
 
 func newBlobCache() *blobCache {
 	return &blobCache{seed: maphash.MakeSeed(), bodies: map[string][]byte{}, chunks: map[uint64]chunkMemo{},
-		marks: map[string]*chunkhash.Marks{}, limit: maxBlobCacheBytes}
+		marks: map[string]*chunkhash.Marks{}, splits: map[string]bodySplit{}, limit: maxBlobCacheBytes}
 }
 
 // A nil *blobCache keeps nothing (benchmarks compare with it).
@@ -96,9 +109,14 @@ func (c *blobCache) addBody(hash string, body []byte) {
 
 // chunkHashes returns the SHA-256 of each of parts, the content-defined
 // chunks of blob, whose own hash is whole: a chunk seen before is looked
-// up (by its bytes, compared in full), a new one hashed and kept.
-func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []string {
-	hashes := make([]string, len(parts))
+// up (by its bytes, compared in full), a new one hashed and kept. known,
+// when not nil, has the hashes of some of the parts already (the others
+// ""): it is filled in and returned.
+func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte, known []string) []string {
+	hashes := known
+	if hashes == nil {
+		hashes = make([]string, len(parts))
+	}
 	if len(parts) == 1 {
 		hashes[0] = whole // a one-chunk blob is its own chunk
 		return hashes
@@ -111,6 +129,9 @@ func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []str
 	}
 	kept := false
 	for i, p := range parts {
+		if hashes[i] != "" {
+			continue
+		}
 		k := maphash.Bytes(c.seed, p)
 		if m, ok := c.chunks[k]; ok && bytes.Equal(m.data, p) {
 			hashes[i] = m.hash
@@ -137,8 +158,8 @@ func (c *blobCache) chunkHashes(blob []byte, whole string, parts [][]byte) []str
 // first becomes the old one if they would pass half the bound.
 func (c *blobCache) grow(n int) {
 	if c.size+n > c.limit/2 {
-		c.oldBodies, c.oldChunks, c.oldMarks = c.bodies, c.chunks, c.marks
-		c.bodies, c.chunks, c.marks = map[string][]byte{}, map[uint64]chunkMemo{}, map[string]*chunkhash.Marks{}
+		c.oldBodies, c.oldChunks, c.oldMarks, c.oldSplits = c.bodies, c.chunks, c.marks, c.splits
+		c.bodies, c.chunks, c.marks, c.splits = map[string][]byte{}, map[uint64]chunkMemo{}, map[string]*chunkhash.Marks{}, map[string]bodySplit{}
 		c.size = 0
 	}
 	c.size += n
@@ -170,3 +191,41 @@ func (c *blobCache) bodyHash(body []byte, prevHash string, prev []byte) string {
 	}
 	return hash
 }
+
+// split is how the body of hash was cut, if the cache has it.
+func (c *blobCache) split(hash string) (bodySplit, bool) {
+	if c == nil || c.noResplit {
+		return bodySplit{}, false
+	}
+	if sp, ok := c.splits[hash]; ok {
+		return sp, true
+	}
+	sp, ok := c.oldSplits[hash]
+	if ok {
+		c.grow(sp.bytes())
+		c.splits[hash] = sp
+	}
+	return sp, ok
+}
+
+// addSplit keeps how a large body of hash was cut into parts, whose
+// hashes are hashes.
+func (c *blobCache) addSplit(hash string, parts [][]byte, hashes []string) {
+	if c == nil || len(parts) < 2 {
+		return
+	}
+	if _, ok := c.splits[hash]; ok {
+		return
+	}
+	sp := bodySplit{ends: make([]int32, len(parts)), hashes: hashes}
+	off := 0
+	for i, p := range parts {
+		off += len(p)
+		sp.ends[i] = int32(off)
+	}
+	c.grow(sp.bytes())
+	c.splits[hash] = sp
+}
+
+// bytes is what a split keeps alive, about: its ends and its hashes.
+func (sp bodySplit) bytes() int { return len(sp.ends) * (4 + 16 + 64) }

@@ -47,9 +47,24 @@ func SplitBody(body []byte) [][]byte {
 	if len(body) <= ChunkMinSize {
 		return [][]byte{body}
 	}
+	out := make([][]byte, 0, len(body)/ChunkAvgSize+1)
+	cutFrom(body, 0, func(start, end int) bool {
+		out = append(out, body[start:end:end])
+		return true
+	})
+	return out
+}
+
+// cutFrom cuts body into content-defined chunks from byte start, a
+// boundary of SplitBody(body), calling each with every chunk's range
+// until it returns false or the body ends. FastCDC decides a chunk from
+// its own bytes and the one byte after it, and the bytes left when
+// fewer than ChunkMaxSize: the chunks from a boundary on are those of
+// SplitBody.
+func cutFrom(body []byte, start int, each func(start, end int) bool) {
 	bufp := chunkBuffers.Get().(*[]byte)
 	defer chunkBuffers.Put(bufp)
-	c, err := chunkers.NewChunkerBuffer(chunkAlgorithm, bytes.NewReader(body), &chunkers.ChunkerOpts{
+	c, err := chunkers.NewChunkerBuffer(chunkAlgorithm, bytes.NewReader(body[start:]), &chunkers.ChunkerOpts{
 		MinSize:    ChunkMinSize,
 		NormalSize: ChunkAvgSize,
 		MaxSize:    ChunkMaxSize,
@@ -58,18 +73,19 @@ func SplitBody(body []byte) [][]byte {
 		// Only a programming error (constants, registration) gets here.
 		panic(fmt.Sprintf("model: set up chunker: %v", err))
 	}
-	out := make([][]byte, 0, len(body)/ChunkAvgSize+1)
-	off := 0
+	off := start
 	for {
-		// The chunker's slices alias its buffer: return the same range of
-		// body instead.
+		// The chunker's slices alias its buffer: hand out the same range
+		// of body instead.
 		chunk, err := c.Next()
 		if err != nil && !errors.Is(err, io.EOF) {
 			panic(fmt.Sprintf("model: chunk body: %v", err)) // a bytes.Reader does not fail
 		}
 		if n := len(chunk); n > 0 {
-			out = append(out, body[off:off+n:off+n])
 			off += n
+			if !each(off-n, off) {
+				return
+			}
 		}
 		if errors.Is(err, io.EOF) {
 			break
@@ -78,5 +94,87 @@ func SplitBody(body []byte) [][]byte {
 	if off != len(body) {
 		panic(fmt.Sprintf("model: chunker covered %d of %d bytes", off, len(body)))
 	}
-	return out
+}
+
+// resplitBody is SplitBody(body) for a body that replaces prev, which
+// SplitBody cut at prevEnds (each chunk's end offset): only the part of
+// body around what differs from prev is cut again. The chunks of prev
+// that end before the first byte that differs (the byte after a chunk
+// decided its end) are body's first chunks; from there body is cut until
+// one of its boundaries falls in the bytes body and prev end with, at a
+// boundary of prev: the chunks after it are prev's last ones. was[i] is
+// the index of the chunk of prev that chunk i is, -1 for a new one.
+func resplitBody(prev []byte, prevEnds []int32, body []byte) (parts [][]byte, was []int) {
+	if len(body) <= ChunkMinSize || len(prevEnds) == 0 || int(prevEnds[len(prevEnds)-1]) != len(prev) {
+		parts = SplitBody(body)
+		was = make([]int, len(parts))
+		for i := range was {
+			was[i] = -1
+		}
+		return parts, was
+	}
+	n := min(len(prev), len(body))
+	pre := commonPrefix(prev[:n], body[:n])
+	suf := commonSuffix(prev[pre:], body[pre:])
+	parts = make([][]byte, 0, len(body)/ChunkAvgSize+1)
+	was = make([]int, 0, cap(parts))
+	start, k := 0, 0
+	for ; k < len(prevEnds) && int(prevEnds[k]) < pre; k++ {
+		end := int(prevEnds[k])
+		parts, was = append(parts, body[start:end:end]), append(was, k)
+		start = end
+	}
+	delta := len(body) - len(prev)
+	tail := len(body) - suf // body[tail:] == prev[tail-delta:]
+	rest := -1              // the first chunk of prev after the resync
+	cutFrom(body, start, func(s, e int) bool {
+		parts, was = append(parts, body[s:e:e]), append(was, -1)
+		if e < tail || e == len(body) {
+			return true
+		}
+		for ; k < len(prevEnds) && int(prevEnds[k]) < e-delta; k++ {
+		}
+		if k < len(prevEnds) && int(prevEnds[k]) == e-delta {
+			rest = k + 1
+			return false
+		}
+		return true
+	})
+	if rest >= 0 {
+		start := int(prevEnds[rest-1]) + delta
+		for j := rest; j < len(prevEnds); j++ {
+			end := int(prevEnds[j]) + delta
+			parts, was = append(parts, body[start:end:end]), append(was, j)
+			start = end
+		}
+	}
+	return parts, was
+}
+
+// commonPrefix is the length of the longest common prefix of a and b, of
+// equal length.
+func commonPrefix(a, b []byte) int {
+	const step = 4 << 10
+	n := 0
+	for n+step <= len(a) && bytes.Equal(a[n:n+step], b[n:n+step]) {
+		n += step
+	}
+	for n < len(a) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// commonSuffix is the length of the longest common suffix of a and b.
+func commonSuffix(a, b []byte) int {
+	const step = 4 << 10
+	n := 0
+	m := min(len(a), len(b))
+	for n+step <= m && bytes.Equal(a[len(a)-n-step:len(a)-n], b[len(b)-n-step:len(b)-n]) {
+		n += step
+	}
+	for n < m && a[len(a)-1-n] == b[len(b)-1-n] {
+		n++
+	}
+	return n
 }

@@ -137,3 +137,97 @@ func BenchmarkSplitBody100K(b *testing.B) {
 		SplitBody(body)
 	}
 }
+
+// chunkEnds are the end offsets of chunks cut from one body, in order.
+func chunkEnds(chunks [][]byte) []int32 {
+	ends := make([]int32, len(chunks))
+	off := 0
+	for i, c := range chunks {
+		off += len(c)
+		ends[i] = int32(off)
+	}
+	return ends
+}
+
+// TestResplitBody checks that cutting again only around an edit gives
+// exactly SplitBody's chunks, for edits of every kind and place (at the
+// start, at the end, within the first or last chunk, inserts that shift
+// the rest, deletes, replacements, several edits at once, an unchanged
+// body, a body shrunk to one chunk), on text and on random bytes, and
+// that the chunks it says it kept are the old body's.
+func TestResplitBody(t *testing.T) {
+	type edit func(b []byte, seed uint64) []byte
+	splice := func(at, del int, insert []byte) edit {
+		return func(b []byte, _ uint64) []byte {
+			at := min(max(at, 0), len(b))
+			if at < 0 {
+				at = 0
+			}
+			del := min(del, len(b)-at)
+			return append(append(bytes.Clone(b[:at]), insert...), b[at+del:]...)
+		}
+	}
+	edits := map[string]func(n int) edit{
+		"insert at start":   func(int) edit { return splice(0, 0, []byte("hello ")) },
+		"delete at start":   func(int) edit { return splice(0, 5, nil) },
+		"append":            func(n int) edit { return splice(n, 0, []byte(" the end")) },
+		"cut the end":       func(n int) edit { return splice(n-700, 700, nil) },
+		"insert at 1000":    func(int) edit { return splice(1000, 0, []byte("x")) },
+		"replace in middle": func(n int) edit { return splice(n/2, 3, []byte("abc")) },
+		"delete in middle":  func(n int) edit { return splice(n/2, 40, nil) },
+		"insert 20K":        func(n int) edit { return splice(n/3, 0, testText(20<<10, 9)) },
+		"delete 20K":        func(n int) edit { return splice(n/3, 20<<10, nil) },
+		"near the end":      func(n int) edit { return splice(n-30, 2, []byte("zz")) },
+		"unchanged":         func(int) edit { return func(b []byte, _ uint64) []byte { return bytes.Clone(b) } },
+		"to one chunk":      func(int) edit { return func(b []byte, _ uint64) []byte { return bytes.Clone(b[:300]) } },
+		"two edits": func(n int) edit {
+			return func(b []byte, s uint64) []byte {
+				return splice(n/4, 10, []byte("first"))(splice(3*n/4, 0, []byte("second"))(b, s), s)
+			}
+		},
+		"random": func(n int) edit {
+			return func(b []byte, s uint64) []byte {
+				r := testBytes(16, s)
+				at := int(uint32(r[0])|uint32(r[1])<<8|uint32(r[2])<<16) % n
+				return splice(at, int(r[3]%64), testText(int(r[4]%100), s))(b, s)
+			}
+		},
+	}
+	for _, kind := range []string{"text", "bytes"} {
+		for _, n := range []int{600, 5 << 10, 100 << 10, 300 << 10} {
+			for name, mk := range edits {
+				for seed := range uint64(4) {
+					var prev []byte
+					if kind == "text" {
+						prev = testText(n, seed)
+					} else {
+						prev = testBytes(n, seed)
+					}
+					n := len(prev)
+					body := mk(n)(prev, seed+100)
+					old := SplitBody(prev)
+					got, was := resplitBody(prev, chunkEnds(old), body)
+					want := SplitBody(body)
+					if fmt.Sprint(chunkLens(got)) != fmt.Sprint(chunkLens(want)) || !bytes.Equal(bytes.Join(got, nil), body) {
+						t.Fatalf("%s of %d bytes, %s, seed %d: chunks %v, SplitBody %v", kind, n, name, seed, chunkLens(got), chunkLens(want))
+					}
+					if len(was) != len(got) {
+						t.Fatalf("%s, %s: %d chunks, %d origins", kind, name, len(got), len(was))
+					}
+					kept := 0
+					for i, k := range was {
+						if k >= 0 {
+							kept++
+							if !bytes.Equal(got[i], old[k]) {
+								t.Fatalf("%s, %s: chunk %d is said to be old chunk %d, but differs", kind, name, i, k)
+							}
+						}
+					}
+					if name == "replace in middle" && n >= 100<<10 && kept < len(got)-4 {
+						t.Fatalf("%s, %s: only %d of %d chunks kept", kind, name, kept, len(got))
+					}
+				}
+			}
+		}
+	}
+}

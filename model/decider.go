@@ -382,7 +382,7 @@ func (d *Decider) collect(t *tx) (collected, error) {
 					return c, err
 				}
 			}
-			if err := d.chunkItem(t.bs.key, ps, &it.cur, &c.chunks); err != nil {
+			if err := d.chunkItem(t.bs.key, ps, &it.cur, it.orig.hash, it.origOK, &c.chunks); err != nil {
 				return c, err
 			}
 			ch.Op, ch.Meta, ch.Hash, ch.Size, ch.Chunks = schemas.OpPut, it.cur.meta, it.cur.hash, it.cur.size, it.cur.chunks
@@ -395,22 +395,49 @@ func (d *Decider) collect(t *tx) (collected, error) {
 // chunkItem fills in the chunk list of a written body and appends the
 // chunks that are neither in the store nor produced since the last Reset
 // nor already in out.
-func (d *Decider) chunkItem(k branchKey, ps *projectState, st *itemState, out *[]schemas.Chunk) error {
+func (d *Decider) chunkItem(k branchKey, ps *projectState, st *itemState, prevHash string, prevOK bool, out *[]schemas.Chunk) error {
 	if st.chunks == nil {
 		st.chunks = ps.bodies[st.hash]
 	}
 	if st.chunks != nil {
 		return nil // a known body: its chunks are stored or produced
 	}
-	var parts [][]byte
+	var (
+		parts  [][]byte
+		hashes []string
+	)
 	if len(st.body) <= ChunkMinSize {
 		parts = [][]byte{st.body} // SplitBody's answer, without its allocation
 	} else {
-		parts = SplitBody(st.body)
+		// The next version of an edited body is cut again only around
+		// the edit, and the chunks it keeps are not hashed again.
+		var prevBody []byte
+		var prev bodySplit
+		if prevOK && prevHash != st.hash {
+			var ok bool
+			if prev, ok = d.blobs.split(prevHash); ok {
+				prevBody = d.blobs.body(prevHash)
+			}
+		}
+		if prevBody != nil {
+			var was []int
+			parts, was = resplitBody(prevBody, prev.ends, st.body)
+			hashes = make([]string, len(parts))
+			for i, k := range was {
+				if k >= 0 {
+					hashes[i] = prev.hashes[k]
+				}
+			}
+		} else {
+			parts = SplitBody(st.body)
+		}
 		// The next edit of this body reads it from here.
 		d.blobs.addBody(st.hash, st.body)
 	}
-	hashes := d.blobs.chunkHashes(st.body, st.hash, parts)
+	hashes = d.blobs.chunkHashes(st.body, st.hash, parts, hashes)
+	if len(st.body) > ChunkMinSize {
+		d.blobs.addSplit(st.hash, parts, hashes)
+	}
 	for i, p := range parts {
 		h := hashes[i]
 		if _, ok := ps.chunks[h]; ok || pending(*out, h) {
@@ -529,7 +556,7 @@ func (d *Decider) storeArgs(k branchKey, args json.RawMessage, out []schemas.Chu
 	parts := SplitBody(args)
 	// Args that carry a large body share most of its chunks, whose hashes
 	// chunkItem just computed.
-	ref := &schemas.BlobRef{Hash: hash, Size: int64(len(args)), Chunks: d.blobs.chunkHashes(args, hash, parts)}
+	ref := &schemas.BlobRef{Hash: hash, Size: int64(len(args)), Chunks: d.blobs.chunkHashes(args, hash, parts, nil)}
 	out = slices.Clip(out)
 	for i, p := range parts {
 		h := ref.Chunks[i]

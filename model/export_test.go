@@ -13,3 +13,7 @@ func WithoutBlobCache(d *Decider) { d.blobs = nil }
 
 // SetBlobCacheLimit bounds the bytes a Decider keeps of large bodies.
 func SetBlobCacheLimit(d *Decider, n int) { d.blobs.limit = n }
+
+// WithoutResplit makes a Decider cut every new body whole, as it did
+// before it cut again only around an edit (benchmarks compare).
+func WithoutResplit(d *Decider) { d.blobs.noResplit = true }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,19 +22,27 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 	if err != nil {
 		return nil, err
 	}
+	// end is -1 when the target is a string whose end is not looked for:
+	// the splice walks it only up to the edit.
 	start, end := 0, len(doc)
 	for i, tok := range tokens {
 		at := func() string { return pointerPrefix(tokens[:i+1]) }
+		last := i == len(tokens)-1
 		switch doc[start] {
 		case '{':
 			name := appendString(nil, tok) // one spelling: compare the bytes
 			found := false
 			_, ok := schemas.JSONMemberSpans(doc, start, i, func(ks, ke, vs int) int {
+				match := bytes.Equal(doc[ks:ke], name)
+				if match && last && doc[vs] == '"' {
+					start, end, found = vs, -1, true
+					return -1 // stop here
+				}
 				ve, err := valueEnd(doc, vs, i+1)
 				if err != nil {
 					return -1
 				}
-				if bytes.Equal(doc[ks:ke], name) {
+				if match {
 					start, end, found = vs, ve, true
 					return -1 // stop here
 				}
@@ -49,11 +58,16 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 			n, isIndex := arrayIndex(tok)
 			count, found := 0, false
 			_, ok := schemas.JSONElements(doc, start, i, func(vs int) int {
+				match := isIndex && count == n
+				if match && last && doc[vs] == '"' {
+					start, end, found = vs, -1, true
+					return -1 // stop here
+				}
 				ve, err := valueEnd(doc, vs, i+1)
 				if err != nil {
 					return -1
 				}
-				if isIndex && count == n {
+				if match {
 					start, end, found = vs, ve, true
 					return -1 // stop here
 				}
@@ -74,16 +88,15 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 	if pointer != "" {
 		where = fmt.Sprintf("data at path %q", pointer)
 	}
-	target := doc[start:end]
-	if target[0] != '"' {
-		return nil, fmt.Errorf("%s: the target is %s, not a string", where, jsonKind(target))
+	if doc[start] != '"' {
+		return nil, fmt.Errorf("%s: the target is %s, not a string", where, jsonKind(doc[start:end]))
 	}
 	if utf8.ValidString(insert) {
 		// The edit is made in the text as it is written: the string is
 		// neither decoded nor encoded again, and the document is copied
-		// once. A large body spliced a few characters costs one pass over
-		// the string and one copy.
-		from, to, ok, err := spliceOffsets(target, index, del)
+		// once. A large body spliced a few characters costs a pass over
+		// the string up to the edit and one copy.
+		from, to, ok, err := spliceOffsets(doc[start:], index, del)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
@@ -92,6 +105,12 @@ func spliceJSON(doc []byte, pointer string, index, del int64, insert string) ([]
 			out = append(out, doc[:start+from]...)
 			out = appendEscaped(out, insert)
 			return append(out, doc[start+to:]...), nil
+		}
+	}
+	if end < 0 {
+		var err error
+		if end, err = valueEnd(doc, start, len(tokens)); err != nil {
+			return nil, err
 		}
 	}
 	return spliceDecoded(doc, start, end, index, del, insert, where)
@@ -111,24 +130,28 @@ func spliceDecoded(doc []byte, start, end int, index, del int64, insert, where s
 }
 
 // spliceOffsets is spliceUTF16 on a canonical JSON string as it is
-// written (q, quotes included): it returns the byte offsets in q of the
-// UTF-16 offsets index and index+del, and the same errors as spliceUTF16.
-// An escape counts as the one character it stands for. ok is false, with
-// no error, for text that is not written as Canonical writes strings
-// (invalid UTF-8, an escape jcs does not write): the caller then decodes
-// the string.
+// written (q from its opening quote; the string ends at the first quote
+// that is not escaped, and q may go on after it): it returns the byte
+// offsets in q of the UTF-16 offsets index and index+del, and the same
+// errors as spliceUTF16. An escape counts as the one character it stands
+// for. The string is walked only up to index+del when the splice is
+// valid. ok is false, with no error, for text that is not written as
+// Canonical writes strings (invalid UTF-8, an escape jcs does not write,
+// no closing quote): the caller then decodes the string.
 func spliceOffsets(q []byte, index, del int64) (from, to int, ok bool, err error) {
 	if index < 0 || del < 0 {
 		return 0, 0, true, fmt.Errorf("index and delete must not be negative")
 	}
-	n := len(q) - 1 // the closing quote
-	if n < 1 || q[0] != '"' || q[n] != '"' {
+	if len(q) < 2 || q[0] != '"' {
 		return 0, 0, false, nil
 	}
+	n := len(q) // the closing quote, once found
+	closed := false
 	last := index + del
 	from, to = -1, -1
 	cutAt := [2]bool{} // index, index+del inside a surrogate pair
 	var u int64        // UTF-16 offset of the character at byte i
+walk:
 	for i := 1; i < n; {
 		if u == index {
 			from = i
@@ -137,6 +160,19 @@ func spliceOffsets(q []byte, index, del int64) (from, to int, ok bool, err error
 			to = i
 			break
 		}
+		// A run of plain ASCII is as many UTF-16 code units as bytes.
+		if r := plainRun(q[i:n]); r > 0 {
+			if index > u && index < u+int64(r) {
+				from = i + int(index-u)
+			}
+			if last > u && last < u+int64(r) {
+				to = i + int(last-u)
+				break
+			}
+			u += int64(r)
+			i += r
+			continue
+		}
 		size, w := 1, int64(1)
 		switch c := q[i]; {
 		case c == '\\':
@@ -144,7 +180,10 @@ func spliceOffsets(q []byte, index, del int64) (from, to int, ok bool, err error
 			if size == 0 {
 				return 0, 0, false, nil
 			}
-		case c < 0x20 || c == '"':
+		case c == '"':
+			n, closed = i, true
+			break walk
+		case c < 0x20:
 			return 0, 0, false, nil
 		case c >= utf8.RuneSelf:
 			r, sz := utf8.DecodeRune(q[i:n])
@@ -165,8 +204,38 @@ func spliceOffsets(q []byte, index, del int64) (from, to int, ok bool, err error
 		u += w
 		i += size
 	}
+	if to < 0 && !closed {
+		return 0, 0, false, nil
+	}
 	from, to, err = walkEnd(index, del, u, from, to, n, cutAt)
 	return from, to, true, err
+}
+
+// plainRun is the length of the run of bytes at the start of b that
+// canonical JSON writes as they are and that are one UTF-16 code unit
+// each: ASCII but control characters, '"' and '\\'. It tests 8 bytes at
+// a time.
+func plainRun(b []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs } // a zero byte
+	n := 0
+	for n+8 <= len(b) {
+		w := binary.LittleEndian.Uint64(b[n:])
+		if w&highs|(w-0x20*ones)&^w&highs|zero(w^'"'*ones)|zero(w^'\\'*ones) != 0 {
+			break
+		}
+		n += 8
+	}
+	for n < len(b) {
+		if c := b[n]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // walkEnd ends the walk of spliceUTF16 or spliceOffsets for the UTF-16

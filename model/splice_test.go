@@ -157,17 +157,28 @@ func FuzzSpliceJSON(f *testing.F) {
 // TestSpliceJSONInPlaceMatchesDecoded checks the in-place splice against
 // the decoded one at every index and length of a string with escapes,
 // multi-byte characters and surrogate pairs, errors included.
+//
+// The string is the whole document, then a member and an element followed
+// by other strings, where the splice does not look for the string's end.
 func TestSpliceJSONInPlaceMatchesDecoded(t *testing.T) {
 	text := "a\"b\\c\n\u0001é🎉日\t"
-	doc := appendString(nil, text)
+	str := appendString(nil, text)
 	n := int64(len(utf16.Encode([]rune(text))))
-	for index := int64(-1); index <= n+1; index++ {
-		for del := int64(-1); del <= n+1-max(index, 0); del++ {
-			for _, ins := range []string{"", "x", "\"\n", "🎉", "\x01"} {
-				got, gerr := spliceJSON(doc, "", index, del, ins)
-				want, werr := spliceDecoded(doc, 0, len(doc), index, del, ins, "data")
-				if string(got) != string(want) || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
-					t.Fatalf("splice(%s, %d, %d, %q) = %s, %v; decoded: %s, %v", doc, index, del, ins, got, gerr, want, werr)
+	for _, w := range []struct{ before, pointer, after, where string }{
+		{"", "", "", "data"},
+		{`{"s":`, "/s", `,"t":"x\"y"}`, `data at path "/s"`},
+		{`["z",`, "/1", `,"\"",""]`, `data at path "/1"`},
+	} {
+		doc := []byte(w.before + string(str) + w.after)
+		start, end := len(w.before), len(w.before)+len(str)
+		for index := int64(-1); index <= n+1; index++ {
+			for del := int64(-1); del <= n+1-max(index, 0); del++ {
+				for _, ins := range []string{"", "x", "\"\n", "🎉", "\x01"} {
+					got, gerr := spliceJSON(doc, w.pointer, index, del, ins)
+					want, werr := spliceDecoded(doc, start, end, index, del, ins, w.where)
+					if string(got) != string(want) || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+						t.Fatalf("splice(%s at %q, %d, %d, %q) = %s, %v; decoded: %s, %v", doc, w.pointer, index, del, ins, got, gerr, want, werr)
+					}
 				}
 			}
 		}
@@ -265,4 +276,27 @@ func BenchmarkSpliceJSONLargeBody(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestPlainRun checks the 8-bytes-at-a-time run against its definition,
+// with each kind of byte that ends a run at every place of a word.
+func TestPlainRun(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	for _, stop := range []byte{0, 0x1f, '"', '\\', 0x80, 0xc3, 0xff} {
+		for n := 0; n <= 20; n++ {
+			for at := 0; at <= n; at++ {
+				b := []byte(strings.Repeat("a~ !#[]\x7f", 3))[:n]
+				if at < n {
+					b[at] = stop
+				}
+				want := 0
+				for want < len(b) && plain(b[want]) {
+					want++
+				}
+				if got := plainRun(b); got != want {
+					t.Fatalf("plainRun(%q) = %d, want %d", b, got, want)
+				}
+			}
+		}
+	}
 }

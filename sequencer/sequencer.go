@@ -663,7 +663,9 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 				from = o
 			}
 		}
-		if err := s.cfg.Store.Apply(p, pp.recs, pp.last+1); err != nil {
+		// The records are the Decider's: their hashes were computed from
+		// their bytes, which the store need not do again.
+		if err := s.cfg.Store.ApplyDecided(p, pp.recs, pp.last+1); err != nil {
 			// The changelog has it; the restore will bring it into the store.
 			s.log.Error("apply committed records to the store; partition will be restored", "partition", p, "err", err)
 			s.mu.Lock()

@@ -43,6 +43,27 @@ type Record struct {
 // Every record's project must belong to partition (ErrWrongPartition).
 // On error nothing is written.
 func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
+	return s.apply(partition, recs, nextOffset, false)
+}
+
+// ApplyDecided is Apply for records that model's Decider of this process
+// made from the bytes they carry, as the sequencer applies its own
+// transaction: every chunk's hash was computed from its data, and every
+// body's hash from the body whose cut the chunks are (Decider.chunkItem,
+// storeArgs). Apply checks both again by hashing every new chunk and the
+// body's bytes from the first chunk that differs from the body checked
+// before it, which re-reads from the database the chunks after an edit;
+// ApplyDecided does not hash. It still refuses a body whose chunks are
+// neither stored nor in recs, and everything else Apply refuses.
+//
+// Records read from the changelog (a restore, a read replica, a
+// pipeline) must go through Apply: they were written by another process,
+// perhaps another version of Canon.
+func (s *Store) ApplyDecided(partition int32, recs []Record, nextOffset int64) error {
+	return s.apply(partition, recs, nextOffset, true)
+}
+
+func (s *Store) apply(partition int32, recs []Record, nextOffset int64, decided bool) error {
 	if err := s.checkPartition(partition); err != nil {
 		return err
 	}
@@ -68,6 +89,7 @@ func (s *Store) Apply(partition int32, recs []Record, nextOffset int64) error {
 	}
 	defer b.Close()
 	a := ps.applier(s, partition, b, reader)
+	a.decided = decided
 	defer a.reset()
 
 	for i, r := range recs {
@@ -168,6 +190,9 @@ type applier struct {
 	b *pebble.Batch
 	// r reads the committed data (or the indexed batch).
 	r pebble.Reader
+	// decided: the records' hashes were computed from their bytes by
+	// this process (ApplyDecided), and are not computed again.
+	decided bool
 
 	heads     map[branchID]*branchHead
 	latest    map[itemID]latestItem
@@ -247,7 +272,7 @@ func (a *applier) applyChunk(c *schemas.Chunk) error {
 	if err != nil {
 		return err
 	}
-	if sha256.Sum256(c.Data) != h {
+	if !a.decided && sha256.Sum256(c.Data) != h {
 		return fmt.Errorf("%w: data of %d bytes does not hash to %s", ErrInvalid, len(c.Data), c.Hash)
 	}
 	a.chunks[blobID{c.Org, c.Project, h}] = c.Data
@@ -573,6 +598,9 @@ func (a *applier) copyBase(v *schemas.Version) (schemas.StateHasher, error) {
 // stored (Blob reads it directly). Only its presence and size are checked.
 func (a *applier) putManifest(org, project string, e *entry) error {
 	if len(e.chunks) == 1 && e.chunks[0] == e.hash {
+		if a.decided {
+			return a.checkStored(org, project, e)
+		}
 		var size int64
 		found, err := a.chunk(org, project, e.hash, func(data []byte) { size = int64(len(data)) })
 		switch {
@@ -601,6 +629,25 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 	if known && m.size == e.size && slices.Equal(m.chunks, e.chunks) {
 		return nil
 	}
+	if a.decided {
+		if err := a.checkStored(org, project, e); err != nil {
+			return err
+		}
+	} else if err := a.checkBody(org, project, e); err != nil {
+		return err
+	}
+	if known {
+		return nil // another valid chunking of a known body
+	}
+	m = manifest{size: e.size, chunks: slices.Clone(e.chunks)}
+	a.manifests[id] = m
+	a.k2 = appendManifestKey(a.k2[:0], a.p, org, project, e.hash)
+	return a.b.Set(a.k2, m.encode(), nil)
+}
+
+// checkBody checks that a body's chunks are stored or in the records and
+// that together they are the body (size and hash).
+func (a *applier) checkBody(org, project string, e *entry) error {
 	// A body that starts with the chunks of one checked before (the next
 	// version of an edited item) resumes its hash where they end: they
 	// are stored (chunks are only deleted with their partition, which
@@ -638,13 +685,46 @@ func (a *applier) putManifest(org, project string, e *entry) error {
 	if checked != nil {
 		a.verified[blobID{org, project, e.chunks[0]}] = checked
 	}
-	if known {
-		return nil // another valid chunking of a known body
+	return nil
+}
+
+// checkStored checks that a decided body's chunks are stored or in the
+// records, without reading them. The chunks it shares with the body
+// remembered by its first chunk (the edited item's version before) are
+// stored: that body was checked the same way, or by checkBody, and chunks
+// are deleted only with their partition, which forgets the bodies. Of the
+// others, the ones neither in the records nor remembered as stored are
+// looked up.
+func (a *applier) checkStored(org, project string, e *entry) error {
+	var known [][32]byte
+	if len(e.chunks) >= 2*chunkhash.Every {
+		if prev := a.verifiedBody(blobID{org, project, e.chunks[0]}); prev != nil {
+			known = prev.Chunks
+		}
 	}
-	m = manifest{size: e.size, chunks: slices.Clone(e.chunks)}
-	a.manifests[id] = m
-	a.k2 = appendManifestKey(a.k2[:0], a.p, org, project, e.hash)
-	return a.b.Set(a.k2, m.encode(), nil)
+	// Chunks [pre, len-suf) are the ones the remembered body does not
+	// have at the same place from either end: around an edit.
+	pre := 0
+	for pre < len(known) && pre < len(e.chunks) && known[pre] == e.chunks[pre] {
+		pre++
+	}
+	suf := 0
+	for suf < len(known)-pre && suf < len(e.chunks)-pre && known[len(known)-1-suf] == e.chunks[len(e.chunks)-1-suf] {
+		suf++
+	}
+	for _, c := range e.chunks[pre : len(e.chunks)-suf] {
+		found, err := a.hasChunk(org, project, c)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: chunk %x of body %x is neither stored nor in the records", ErrInvalid, c, e.hash)
+		}
+	}
+	if len(e.chunks) >= 2*chunkhash.Every {
+		a.verified[blobID{org, project, e.chunks[0]}] = chunkhash.Listed(e.chunks)
+	}
+	return nil
 }
 
 // verifiedBody is a body putManifest checked: its chunks and the SHA-256
@@ -672,6 +752,20 @@ func (a *applier) chunk(org, project string, h [32]byte, fn func([]byte)) (found
 		fn(data)
 		return nil
 	})
+}
+
+// hasChunk reports whether a chunk is in the call's records or stored,
+// without reading it when the partition remembers it as stored.
+func (a *applier) hasChunk(org, project string, h [32]byte) (bool, error) {
+	id := blobID{org, project, h}
+	if _, ok := a.chunks[id]; ok {
+		return true, nil
+	}
+	if stored, _ := a.s.parts[a.p].chunkStored(id); stored {
+		return true, nil
+	}
+	a.k2 = appendChunkKey(a.k2[:0], a.p, org, project, h)
+	return view(a.r, a.k2, func([]byte) error { return nil })
 }
 
 // hashIs reports whether s is the lower-case hex of h.

@@ -109,7 +109,16 @@ func BenchmarkApplySmallVersion(b *testing.B) {
 //
 // The store does not sync (Config.NoSync): the disk's fsync would hide
 // the work measured.
+//
+// checked is Apply, which hashes the new body from the first chunk that
+// differs from the body before it; decided is ApplyDecided, which takes
+// the hashes as its process's Decider computed them.
 func BenchmarkApplyLargeEdit(b *testing.B) {
+	b.Run("checked", func(b *testing.B) { benchmarkApplyLargeEdit(b, false) })
+	b.Run("decided", func(b *testing.B) { benchmarkApplyLargeEdit(b, true) })
+}
+
+func benchmarkApplyLargeEdit(b *testing.B, decided bool) {
 	s, err := Open(Config{Dir: b.TempDir(), Partitions: testPartitions, Logger: quiet, NoSync: true})
 	if err != nil {
 		b.Fatal(err)
@@ -126,9 +135,13 @@ func BenchmarkApplyLargeEdit(b *testing.B) {
 		body[i] = 'a' + byte(rng.IntN(26))
 	}
 	next := int64(0)
+	applyFn := s.Apply
+	if decided {
+		applyFn = s.ApplyDecided
+	}
 	apply := func(recs []Record) {
 		next += int64(len(recs))
-		if err := s.Apply(p, recs, next); err != nil {
+		if err := applyFn(p, recs, next); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -578,8 +579,16 @@ func TestHasChunkForgetsDroppedPartitions(t *testing.T) {
 // chunks of the one before, whose hash Apply resumes instead of reading
 // and hashing them again. Every body must read back, and a body whose
 // first chunks are known must still be refused when the rest do not make
-// its hash or are missing.
+// its hash or are missing. ApplyDecided, which takes the hashes as
+// computed, must find the same bodies and refuse the same missing chunks,
+// around the edit and away from it.
 func TestApplyResumesBodyHash(t *testing.T) {
+	for _, decided := range []bool{false, true} {
+		t.Run(fmt.Sprintf("decided=%v", decided), func(t *testing.T) { testApplyResumesBodyHash(t, decided) })
+	}
+}
+
+func testApplyResumesBodyHash(t *testing.T, decided bool) {
 	name := projectIn(0, testPartitions, 0)
 	p := schemas.Partition(schemas.ProjectKey(testOrg, name), testPartitions)
 	pm := newProject(testOrg, name) // 16-byte chunks
@@ -590,10 +599,16 @@ func TestApplyResumesBodyHash(t *testing.T) {
 		return string(body)
 	}
 	var next int64
+	applyFn := s.Apply
+	if decided {
+		applyFn = s.ApplyDecided
+	}
 	apply := func(recs []Record) {
 		t.Helper()
 		next += 10
-		mustApply(t, s, p, recs, next)
+		if err := applyFn(p, recs, next); err != nil {
+			t.Fatal(err)
+		}
 	}
 	check := func(want string) {
 		t.Helper()
@@ -631,18 +646,30 @@ func TestApplyResumesBodyHash(t *testing.T) {
 		return out
 	}
 	before := scanPartition(t, s, p)
-	for _, tc := range []struct {
+	type refusal struct {
 		name string
 		recs []Record
 		msg  string
-	}{
-		{"other hash", forge(func(c *schemas.ItemChange) { c.Hash = sha([]byte("something else")) }), "hash to"},
-		{"missing chunk", forge(func(c *schemas.ItemChange) {
+	}
+	cases := []refusal{
+		{"missing last chunk", forge(func(c *schemas.ItemChange) {
 			c.Chunks = slices.Clone(c.Chunks)
 			c.Chunks[len(c.Chunks)-1] = sha([]byte("never stored"))
 		}), "neither stored nor in the records"},
-	} {
-		err := s.Apply(p, tc.recs, next+10)
+		{"missing chunk before the edit", forge(func(c *schemas.ItemChange) {
+			c.Chunks = slices.Clone(c.Chunks)
+			c.Chunks[20] = sha([]byte("never stored"))
+		}), "neither stored nor in the records"},
+		{"missing chunk after the edit", forge(func(c *schemas.ItemChange) {
+			c.Chunks = slices.Clone(c.Chunks)
+			c.Chunks[80] = sha([]byte("never stored"))
+		}), "neither stored nor in the records"},
+	}
+	if !decided {
+		cases = append(cases, refusal{"other hash", forge(func(c *schemas.ItemChange) { c.Hash = sha([]byte("something else")) }), "hash to"})
+	}
+	for _, tc := range cases {
+		err := applyFn(p, tc.recs, next+10)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
 			t.Fatalf("%s: err = %v, want ErrInvalid with %q", tc.name, err, tc.msg)
 		}

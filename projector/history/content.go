@@ -29,33 +29,33 @@ const (
 // batchContent is what a batch holds that ClickHouse may not have yet:
 // its chunks and the ancestries of the branches it creates.
 type batchContent struct {
-	chunks   map[string][]byte
+	chunks   map[contentKey][]byte
 	ancestry map[branchKey][]ancestor
 }
 
 func newBatchContent() batchContent {
-	return batchContent{chunks: map[string][]byte{}, ancestry: map[branchKey][]ancestor{}}
+	return batchContent{chunks: map[contentKey][]byte{}, ancestry: map[branchKey][]ancestor{}}
 }
 
 // contentCache outlives batches.
 type contentCache struct {
-	chunks     map[string][]byte
+	chunks     map[contentKey][]byte
 	chunkBytes int
-	bodies     map[string]struct{} // bodies already in a batch, by chunkKey
+	bodies     map[contentKey]struct{} // bodies already in a batch
 	// absent are chunks ClickHouse did not have: a database filled from
 	// the middle of the changelog misses them for good (until a
 	// backfill), and asking again for each version would slow the
 	// projector down to one lookup per body.
-	absent   map[string]struct{}
+	absent   map[contentKey]struct{}
 	ancestry map[branchKey][]ancestor
 	// checked are the last bodies checked, by their first chunk's key:
 	// the next version of an edited item resumes the hash from them.
-	checked map[string]*chunkhash.Checked[string]
+	checked map[contentKey]*chunkhash.Checked[string]
 }
 
 func newContentCache() contentCache {
-	return contentCache{chunks: map[string][]byte{}, bodies: map[string]struct{}{}, absent: map[string]struct{}{},
-		ancestry: map[branchKey][]ancestor{}, checked: map[string]*chunkhash.Checked[string]{}}
+	return contentCache{chunks: map[contentKey][]byte{}, bodies: map[contentKey]struct{}{}, absent: map[contentKey]struct{}{},
+		ancestry: map[branchKey][]ancestor{}, checked: map[contentKey]*chunkhash.Checked[string]{}}
 }
 
 // prune starts the caches over when they grew past their bounds; called
@@ -80,7 +80,12 @@ func (c *contentCache) prune() {
 	}
 }
 
-func chunkKey(org, project, hash string) string { return org + "/" + project + "/" + hash }
+// contentKey names a chunk or a body by hash within a project. (A struct,
+// not the three joined: a body's chunks are looked up by the hundred, and
+// a joined key would be a new string each.)
+type contentKey struct{ org, project, hash string }
+
+func chunkKey(org, project, hash string) contentKey { return contentKey{org, project, hash} }
 
 // addChunk takes a chunk record into the batch and the cache.
 func (p *Projector) addChunk(c *schemas.Chunk, offset int64) {
@@ -143,7 +148,7 @@ func (p *Projector) blob(ctx context.Context, org, project, hash string, chunks 
 	// body shares with the last one checked that starts like it (the
 	// version before, for an edited item). They are returned as they are:
 	// a row keeps them and the insert joins them.
-	first := "" // no body of no chunks is kept
+	var first contentKey // no body of no chunks is kept
 	if len(chunks) > 0 {
 		first = chunkKey(org, project, chunks[0])
 	}

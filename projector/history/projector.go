@@ -41,7 +41,8 @@ const DefaultGroup = "canon-projector-history"
 // Defaults of Config.
 const (
 	DefaultBatchRows     = 50_000
-	DefaultBatchInterval = time.Second
+	DefaultBatchBytes    = 256 << 20
+	DefaultBatchInterval = 5 * time.Second
 	DefaultLagInterval   = 5 * time.Second
 )
 
@@ -56,10 +57,19 @@ type Config struct {
 	Group string
 	// ClickHouse says where the tables are.
 	ClickHouse ClickHouseConfig
-	// BatchRows and BatchInterval bound a batch: it is inserted when it
-	// holds BatchRows rows or its first record is BatchInterval old,
-	// whichever comes first (defaults 50 000 and 1s).
+	// BatchRows, BatchBytes and BatchInterval bound a batch: it is
+	// inserted when it holds BatchRows rows, or BatchBytes bytes of
+	// bodies, chunks and args, or its first record is BatchInterval old,
+	// whichever comes first (defaults 50 000, 256 MiB and 5s).
+	//
+	// Each batch is one INSERT, hence at least one new part, per table;
+	// the server merges parts in the background. Fewer, larger batches
+	// cost ClickHouse less CPU per row; analysts see a version up to
+	// BatchInterval (plus the insert) after it was committed. 256 MiB is
+	// ClickHouse's min_insert_block_size_bytes: a larger insert makes
+	// more than one part anyway. See docs/analytics.md.
 	BatchRows     int
+	BatchBytes    int
 	BatchInterval time.Duration
 	// SessionTimeout is the group session timeout (0: franz-go's 45s).
 	// A crashed instance's partitions move after it.
@@ -83,6 +93,9 @@ func (c *Config) Validate() error {
 	if c.BatchRows < 0 {
 		return fmt.Errorf("projector: batch rows %d: use a positive number (0 takes %d)", c.BatchRows, DefaultBatchRows)
 	}
+	if c.BatchBytes < 0 {
+		return fmt.Errorf("projector: batch bytes %d: use a positive number (0 takes %d)", c.BatchBytes, DefaultBatchBytes)
+	}
 	if c.BatchInterval < 0 {
 		return fmt.Errorf("projector: batch interval %s: use a positive duration (0 takes %s)", c.BatchInterval, DefaultBatchInterval)
 	}
@@ -104,6 +117,9 @@ func (c *Config) defaults() {
 	}
 	if c.BatchRows == 0 {
 		c.BatchRows = DefaultBatchRows
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = DefaultBatchBytes
 	}
 	if c.BatchInterval == 0 {
 		c.BatchInterval = DefaultBatchInterval
@@ -411,7 +427,7 @@ func (p *Projector) pollOnce(ctx context.Context) error {
 			err = p.handle(ctx, r)
 		}
 		// A poll may hold many batches' rows: hand each full one off.
-		if err == nil && p.batch.len() >= p.cfg.BatchRows {
+		if err == nil && p.full() {
 			err = p.handoff(ctx)
 		}
 	})
@@ -427,10 +443,16 @@ func (p *Projector) pollOnce(ctx context.Context) error {
 		default:
 		}
 	}
-	if p.dirty > 0 && (p.batch.len() >= p.cfg.BatchRows || time.Since(p.batchStart) >= p.cfg.BatchInterval) {
+	if p.dirty > 0 && (p.full() || time.Since(p.batchStart) >= p.cfg.BatchInterval) {
 		return p.handoff(ctx)
 	}
 	return nil
+}
+
+// full reports whether the batch holds BatchRows rows or BatchBytes
+// bytes.
+func (p *Projector) full() bool {
+	return p.batch.len() >= p.cfg.BatchRows || p.batch.bytes() >= p.cfg.BatchBytes
 }
 
 // part returns the state of an owned partition, creating it.

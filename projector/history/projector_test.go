@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +338,55 @@ func TestBatchesAreCutByRows(t *testing.T) {
 	inserted := int(p.inserted.Load())
 	if min, max := inserted/(cfg.BatchRows+7)-1, inserted/cfg.BatchRows; batches < min || batches > max {
 		t.Fatalf("%d rows in %d batches; want %d to %d batches of %d rows", inserted, batches, min, max, cfg.BatchRows)
+	}
+}
+
+// With large items a batch is cut by its bytes, not its rows: a batch is
+// inserted once its bodies, chunks and args reach BatchBytes.
+func TestBatchesAreCutByBytes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx, 2)
+	const versions = 300
+	recs := benchVersions(versions, 2)
+	// The bytes of the chunk records and args: a lower bound of what the
+	// batches hold, to size them.
+	least := 0
+	for _, r := range recs {
+		r.Topic = f.info.Names.Versions
+		least += len(r.Value)
+	}
+	if err := f.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.projectorConfig(t)
+	cfg.BatchRows = 1 << 30
+	cfg.BatchBytes = least / 40
+	cfg.BatchInterval = 3 * time.Second // only the last batch waits for it
+	p := runProjector(t, ctx, cfg)
+	const rows = versions * 7
+	for p.inserted.Load() < rows {
+		if ctx.Err() != nil {
+			t.Fatalf("inserted %d of %d rows", p.inserted.Load(), rows)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// What the tables got of bodies, chunks and args: full batches hold
+	// at least BatchBytes of it, and less than BatchBytes and one
+	// version's records more; then the last one, whose commit the counter
+	// may trail.
+	sent := 0
+	for _, q := range []string{"SELECT sum(length(body)) FROM bodies FINAL", "SELECT sum(length(data)) FROM chunks FINAL", "SELECT sum(length(args)) FROM mutations FINAL"} {
+		n, err := strconv.Atoi(queryStrings(t, ctx, f, q)[0][0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += n
+	}
+	most := 3 * 2 * 400 // a version: 3 chunks and bodies of about 300 bytes, small args
+	batches := int(testutilValue(t, p.m.batches))
+	t.Logf("%d bytes of bodies, chunks and args in %d batches of %d bytes", sent, batches, cfg.BatchBytes)
+	if lo, hi := sent/(cfg.BatchBytes+most)-1, sent/cfg.BatchBytes+1; batches < lo || batches > hi {
+		t.Fatalf("%d bytes of bodies, chunks and args in %d batches of %d bytes; want %d to %d batches", sent, batches, cfg.BatchBytes, lo, hi)
 	}
 }

@@ -89,6 +89,8 @@ type blobRows struct {
 	size               []uint64
 	data               [][][]byte
 	kafkaOffset        []int64
+	// n is the bytes of all rows.
+	n int
 }
 
 func (r *blobRows) add(org, project, hash string, parts [][]byte, offset int64) {
@@ -102,6 +104,7 @@ func (r *blobRows) add(org, project, hash string, parts [][]byte, offset int64) 
 	r.size = append(r.size, n)
 	r.data = append(r.data, parts)
 	r.kafkaOffset = append(r.kafkaOffset, offset)
+	r.n += int(n)
 }
 
 type branchRows struct {
@@ -197,6 +200,14 @@ type rows struct {
 	bodies    blobRows
 	chunks    blobRows
 	branches  branchRows
+	// argBytes is the bytes of the mutations' args.
+	argBytes int
+}
+
+// bytes is the bytes of the batch's bodies, chunks and args: almost all
+// of what its inserts send when items are large.
+func (b *rows) bytes() int {
+	return b.bodies.n + b.chunks.n + b.argBytes
 }
 
 // len is the number of rows of all tables.
@@ -405,6 +416,7 @@ func (b *rows) addVersion(v *schemas.Version, partition int32, offset int64, com
 		mr.id = append(mr.id, o.ID)
 		mr.name = append(mr.name, o.Name)
 		mr.args = append(mr.args, args)
+		b.argBytes += len(args)
 		mr.argsHash = append(mr.argsHash, argsHash)
 		mr.argsSize = append(mr.argsSize, argsSize)
 		mr.status = append(mr.status, o.Status)
