@@ -43,16 +43,21 @@ func (k *Bucket) Restore(ctx context.Context, p int32, topicID string, after, up
 
 // RestoreUnchecked is Restore that may return before every restored file
 // is checked against its checksum, so that the check runs while the
-// caller reads the changelog's tail: the files linked from a local
-// bucket (file:// on the store's file system) are checked by check,
-// which waits for it. Until check returned nil the partition must not
-// be used (served, decided on): on an error (ErrInvalid, logged here)
-// the store holds a corrupt checkpoint, and the caller must drop the
-// partition and restore it another way. Everything else is checked
-// before RestoreUnchecked returns, as Restore does; Pebble checks the
-// tables' footers and indexes at their ingest, and the checksum of every
-// block it reads from them meanwhile. check is nil when nothing is left
-// to check.
+// caller reads the changelog's tail and uses the partition: the files
+// linked from a local bucket (file:// on the store's file system) are
+// checked by check, which waits for it. On an error (ErrInvalid, logged
+// here) the store holds a corrupt checkpoint: the caller must drop the
+// partition and restore it another way, and this Bucket's restores skip
+// that manifest from then on. Everything else is checked before
+// RestoreUnchecked returns, as Restore does.
+//
+// Until check returned, reads are guarded by Pebble: the ingest read
+// each table's footer, properties, index and first and last data block,
+// each checked against its own checksum, and every block read later is
+// checked when it is read, so a corrupt block is an error, never wrong
+// data (docs/checkpoints.md). What only check finds is a table swapped
+// for another valid one, and corruption in blocks nobody read yet.
+// check is nil when nothing is left to check; it may be called once.
 func (k *Bucket) RestoreUnchecked(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, check func(context.Context) error, err error) {
 	return k.restore(ctx, p, topicID, after, upTo, true)
 }
@@ -71,6 +76,10 @@ func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, up
 		if ref.offset <= after {
 			break // sorted: the rest are older still
 		}
+		if k.state.isCorrupt(ref.key) {
+			k.skip(p, ref.key, fmt.Errorf("%w: its files failed their check after an earlier restore of it (corrupt)", ErrInvalid))
+			continue
+		}
 		o, pending, err := k.restoreOne(ctx, p, topicID, ref, deferCheck)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -87,6 +96,7 @@ func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, up
 					return ctx.Err()
 				}
 				if pending.err != nil {
+					k.state.markCorrupt(ref.key)
 					k.skip(p, ref.key, pending.err)
 				}
 				return pending.err
