@@ -364,11 +364,11 @@ func TestRestoreHandsTheCheckToItsCaller(t *testing.T) {
 // TestFollowerDropsACorruptCheckpointWhileReading: on the real broker, a
 // Forever materializer (a read replica, a standby) restores a checkpoint
 // whose table is corrupt, reads on while the check runs, learns of the
-// failed check between polls, drops the partition and rebuilds it from
-// the changelog: its state hashes are then the changelog's.
+// failed check between polls, drops the partition and restores it again
+// from the older checkpoint: its state hashes are then the changelog's.
 func TestFollowerDropsACorruptCheckpointWhileReading(t *testing.T) {
 	e := newCheckpointEnv(t)
-	_, newer := e.twoCheckpoints()
+	older, newer := e.twoCheckpoints()
 
 	fresh := e.store("fresh")
 	var (
@@ -383,7 +383,14 @@ func TestFollowerDropsACorruptCheckpointWhileReading(t *testing.T) {
 		Sink: fresh, Until: changelog.Forever, Checkpoints: e.bucket(fresh, ""),
 		Hooks: changelog.Hooks{
 			Restored: func(_ int32, o int64) { mu.Lock(); restored = o; mu.Unlock() },
-			Dropped:  func(int32, error) { mu.Lock(); dropped++; mu.Unlock() },
+			Dropped: func(_ int32, err error) {
+				if !errors.Is(err, changelog.ErrCorruptCheckpoint) {
+					t.Errorf("dropped for %v, want changelog.ErrCorruptCheckpoint", err)
+				}
+				mu.Lock()
+				dropped++
+				mu.Unlock()
+			},
 			Started: func(f, t map[int32]int64) {
 				mu.Lock()
 				from, target = f[0], t[0]
@@ -423,9 +430,9 @@ func TestFollowerDropsACorruptCheckpointWhileReading(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if restored != newer.Offset || dropped != 1 || from != 0 {
-		t.Fatalf("restored %d, dropped %d, last start %d; want restored %d, dropped once after its check failed, rebuilt from 0",
-			restored, dropped, from, newer.Offset)
+	if restored != older.Offset || dropped != 1 || from != older.Offset {
+		t.Fatalf("last restored %d, dropped %d, last start %d; want the newer checkpoint (%d) dropped once after its check failed, then the older one restored (%d)",
+			restored, dropped, from, newer.Offset, older.Offset)
 	}
 	e.checkHeads(fresh)
 }

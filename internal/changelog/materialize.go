@@ -59,14 +59,18 @@ type Checkpoints interface {
 // before its files are all checked against their checksums: check (nil
 // when nothing is left to check) waits for that, and fails when one is
 // corrupt; reads meanwhile are guarded by the store's own block
-// checksums (a corrupt block is a read error, never wrong data).
+// checksums (a corrupt block is a read error, never wrong data). A
+// checkpoint whose check failed is never restored again by the same
+// UncheckedCheckpoints (checkpoint.Bucket remembers it), so that the
+// partition's next restore falls back to an older checkpoint or to the
+// changelog's first record.
 //
 // A bounded Materializer reads the tail meanwhile; it then hands the
 // check to Hooks.Checking when that is set, and returns at once, or
 // otherwise waits for it before it returns. A Forever materializer reads
 // and writes meanwhile, and learns of the check's end between polls. A
 // corrupt checkpoint found while the materializer runs is dropped, and
-// the partition rebuilt from the changelog.
+// the partition restored again (Hooks.Dropped is told ErrCorruptCheckpoint).
 type UncheckedCheckpoints interface {
 	RestoreUnchecked(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, check func(context.Context) error, err error)
 }
@@ -176,6 +180,9 @@ var (
 	// ErrTruncated means the changelog no longer holds records the sink
 	// needs: they were deleted, and nothing can rebuild the partition.
 	ErrTruncated = errors.New("changelog records the store needs were deleted")
+	// ErrCorruptCheckpoint is what Hooks.Dropped is told of a partition
+	// dropped because its restored checkpoint failed its check.
+	ErrCorruptCheckpoint = errors.New("restored checkpoint corrupt")
 )
 
 // Materializer brings a sink up to date from canon.versions for a set of
@@ -494,8 +501,8 @@ func (bg *backgroundChecks) done(r checkResult) error {
 		bg.m.cfg.Tail.Log.Info("the restored checkpoint passed its check", "partition", r.p)
 		return nil
 	}
-	bg.m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and rebuilding it from the changelog", "partition", r.p, "err", r.err)
-	return bg.m.drop(r.p, r.err)
+	bg.m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", r.p, "err", r.err)
+	return bg.m.dropCorrupt(r.p, r.err)
 }
 
 // finish waits for the checks still running when a run ends, and drops
@@ -535,8 +542,8 @@ func (m *Materializer) checked(ctx context.Context) error {
 		if err == nil {
 			continue
 		}
-		m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and rebuilding it from the changelog", "partition", p, "err", err)
-		if derr := m.drop(p, err); derr != nil {
+		m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", p, "err", err)
+		if derr := m.dropCorrupt(p, err); derr != nil {
 			return derr
 		}
 		rebuild = true
@@ -842,9 +849,21 @@ func TopicID(ctx context.Context, adm *kadm.Client, topic string) (string, error
 	return hex.EncodeToString(td.ID[:]), nil
 }
 
-// drop drops partition p from the sink for a rebuild.
+// drop drops partition p from the sink for a rebuild from the
+// changelog's first record.
 func (m *Materializer) drop(p int32, why error) error {
 	m.noCheckpoint[p] = true
+	return m.dropOnly(p, why)
+}
+
+// dropCorrupt drops partition p, whose restored checkpoint failed its
+// check, for a restore that may use an older checkpoint: the
+// UncheckedCheckpoints never restore that one again.
+func (m *Materializer) dropCorrupt(p int32, err error) error {
+	return m.dropOnly(p, fmt.Errorf("%w: %w", ErrCorruptCheckpoint, err))
+}
+
+func (m *Materializer) dropOnly(p int32, why error) error {
 	delete(m.checks, p) // what it checks is dropped
 	if err := m.cfg.Sink.DropPartition(p); err != nil {
 		return err
