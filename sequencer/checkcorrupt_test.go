@@ -17,13 +17,16 @@ import (
 
 // TestIntegrationCorruptCheckpointAfterRestore: on the real broker, a
 // owns one partition and checkpoints it into a local bucket under load,
-// then stops; one byte is changed in a data block of the largest table
-// that only the newest checkpoint holds. b, on an empty store, restores
-// the partition from that checkpoint: the restore returns before the
-// table's check ends, b decides, the check fails, and b stops deciding
-// the partition, drops it and restores it again from the older
-// checkpoint (the bucket remembers the corrupt one). Every mutation is
-// decided exactly once, and b's store equals the changelog.
+// the last checkpoint of everything it decided, then stops; one byte is
+// changed in a data block of the largest table that only the newest
+// checkpoint holds. b, on an empty store, restores the partition from
+// that checkpoint (no tail to read): the restore returns before the
+// table's check is waited for, the load goes on, the check fails (or a
+// decision reads the corrupt block first), and b stops deciding the
+// partition, drops it and restores it again from the older checkpoint
+// (the bucket remembers the corrupt one) plus the changelog after it,
+// including what b decided meanwhile. Every mutation is decided exactly
+// once, and b's store equals the changelog.
 func TestIntegrationCorruptCheckpointAfterRestore(t *testing.T) {
 	k := testenv.NewKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -41,19 +44,12 @@ func TestIntegrationCorruptCheckpointAfterRestore(t *testing.T) {
 	startLoad(t, ctx, g, cl)
 	g.allowUpTo(0.6)
 	g.waitProduced(ctx, 0.6)
-	canontest.Wait(t, ctx, "two checkpoints of a's partition", func() (bool, error) {
-		n, err := a.Metric("canon_checkpoints_taken_total")
-		return err == nil && n >= 2 && cl.outcomes() >= g.acked.Load(), nil
-	})
-	a.Stop()
-
-	// The newest manifest's largest table of its own.
 	dir := filepath.Join(bucket, filepath.FromSlash(checkpoint.DefaultPrefix+"manifests/"+e.names.Versions+"/00000"))
-	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil || len(names) < 2 {
-		t.Fatalf("manifests of partition 0: %v (%v)", names, err)
+	manifests := func() []string {
+		names, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		slices.Sort(names) // zero-padded offsets: the newest last
+		return names
 	}
-	slices.Sort(names) // zero-padded offsets: the newest last
 	read := func(name string) *checkpoint.Manifest {
 		b, err := os.ReadFile(name)
 		if err != nil {
@@ -65,6 +61,25 @@ func TestIntegrationCorruptCheckpointAfterRestore(t *testing.T) {
 		}
 		return &m
 	}
+	// a checkpoints everything it decided (an interval after its last
+	// change), so that b's restore has no tail to read: the corrupt
+	// table is found by its check after the restore, or by a decision.
+	canontest.Wait(t, ctx, "two checkpoints of a's partition, the newest of everything decided", func() (bool, error) {
+		names := manifests()
+		if len(names) < 2 || cl.outcomes() < g.acked.Load() {
+			return false, nil
+		}
+		cl.mu.Lock()
+		end := cl.next[0]
+		cl.mu.Unlock()
+		// A store's offset is after its last record; the commit
+		// marker after it is the one offset it may be behind.
+		return read(names[len(names)-1]).Offset+1 >= end, nil
+	})
+	a.Stop()
+
+	// The newest manifest's largest table of its own.
+	names := manifests()
 	newer := read(names[len(names)-1])
 	inOlder := map[string]bool{}
 	for _, name := range names[:len(names)-1] {
@@ -110,15 +125,13 @@ func TestIntegrationCorruptCheckpointAfterRestore(t *testing.T) {
 			t.Log(line)
 		}
 	}
-	// Usually the check fails after the restore returned, and b restores
-	// again; when the tail's apply reads the corrupt block first, the
-	// restore itself waits for the check and restores again.
-	after := strings.Contains(log, `msg="a restored checkpoint is corrupt: the partition stops deciding and is restored again, from an older checkpoint or the changelog"`) &&
-		strings.Contains(log, `msg="dropped the partition's local state, found corrupt, before its restore"`)
-	during := strings.Contains(log, `msg="a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog"`)
-	t.Logf("found corrupt after the restore returned: %v; during the restore: %v", after, during)
-	if !after && !during {
-		t.Error("b's log does not say the restored checkpoint was found corrupt")
+	// The check fails after the restore returned (or a decision reads
+	// the corrupt block first), and b restores again.
+	checked := strings.Contains(log, `msg="a restored checkpoint is corrupt: the partition stops deciding and is restored again, from an older checkpoint or the changelog"`)
+	decided := strings.Contains(log, `msg="the store's data of the partition is corrupt: the partition stops deciding and is restored again, from a checkpoint or the changelog"`)
+	t.Logf("found corrupt by the check after the restore: %v; by a decision: %v", checked, decided)
+	if !checked && !decided || !strings.Contains(log, `msg="dropped the partition's local state, found corrupt, before its restore"`) {
+		t.Error("b's log does not say the restored checkpoint was found corrupt after its restore, and dropped")
 	}
 	if n := strings.Count(log, `msg="partition restored from a checkpoint"`); n < 2 || !strings.Contains(log, "its files failed their check after an earlier restore") {
 		t.Errorf("b restored from a checkpoint %d times; want the newest, then an older one, the newest skipped as known corrupt", n)

@@ -49,6 +49,12 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 			continue
 		}
 		delete(s.nextTry, p)
+		if s.markedSince(p, pending[p]) {
+			// Marked again while it was restored (its checkpoint
+			// failed its check): it stays paused for the next restore.
+			waiting[p] = true
+			continue
+		}
 		done = append(done, p)
 	}
 	// Resume the restored partitions in one call, not each after its

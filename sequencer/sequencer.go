@@ -404,6 +404,15 @@ func (s *Sequencer) pendingRestores() map[int32]uint64 {
 	return maps.Clone(s.needRestore)
 }
 
+// markedSince reports whether partition p was marked for restore again
+// since the mark of generation gen.
+func (s *Sequencer) markedSince(p int32, gen uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.needRestore[p]
+	return ok && g != gen
+}
+
 // restored clears a partition's mark unless it was marked again since
 // the restore began.
 func (s *Sequencer) restored(p int32, gen uint64) {
