@@ -528,6 +528,24 @@ func (bg *backgroundChecks) finish(ctx context.Context, err error) error {
 	return err
 }
 
+// startCheck starts check in the background and returns what waits for
+// its result.
+func startCheck(ctx context.Context, check func(context.Context) error) func(context.Context) error {
+	res := make(chan error, 1)
+	go func() { res <- check(context.WithoutCancel(ctx)) }()
+	var once sync.Once
+	var err error
+	return func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		once.Do(func() { err = <-res })
+		return err
+	}
+}
+
 // checked waits for the checks of the checkpoints restored unchecked. A
 // partition whose checkpoint turned out corrupt is dropped, and run
 // answers errRebuild: it is rebuilt from the changelog.
@@ -815,6 +833,11 @@ func (m *Materializer) restoreCheckpoints(ctx context.Context, from map[int32]in
 			o, ok, err = m.cfg.Checkpoints.Restore(ctx, p, m.topicID, after, stable[p])
 		}
 		if check != nil {
+			if m.cfg.Until != Forever && m.cfg.Hooks.Checking == nil {
+				// Waited for before Run returns: it runs beside the
+				// tail meanwhile.
+				check = startCheck(ctx, check)
+			}
 			m.checks[p] = check
 		}
 		switch {
@@ -864,7 +887,12 @@ func (m *Materializer) dropCorrupt(p int32, err error) error {
 }
 
 func (m *Materializer) dropOnly(p int32, why error) error {
-	delete(m.checks, p) // what it checks is dropped
+	if check := m.checks[p]; check != nil {
+		// What it checks is dropped; run it all the same, which
+		// releases what it holds.
+		go func() { _ = check(context.Background()) }()
+		delete(m.checks, p)
+	}
 	if err := m.cfg.Sink.DropPartition(p); err != nil {
 		return err
 	}
