@@ -21,13 +21,17 @@ type Metrics struct {
 	// BatchSize observes each committed transaction's mutations.
 	BatchSize prometheus.Histogram
 	PushWaits prometheus.Counter
+	// ChecksFailed counts restored checkpoints found corrupt after
+	// their restore, and corruption found while deciding.
+	ChecksFailed prometheus.Counter
 }
 
 // MetricsOf returns s's metrics.
 func MetricsOf(s *Sequencer) Metrics {
 	return Metrics{Outcomes: s.m.outcomes, RestoreRecords: s.m.restoreRecords, RestoreBytes: s.m.restoreBytes,
 		ChangelogSkipped: s.m.changelogSkipped, OwnedPartitions: s.m.ownedPartitions, OffsetBehind: s.m.offsetBehind,
-		InputSkipped: s.m.inputSkipped, Fenced: s.m.fenced, BatchSize: s.m.batchSize, PushWaits: s.m.pushWaits}
+		InputSkipped: s.m.inputSkipped, Fenced: s.m.fenced, BatchSize: s.m.batchSize, PushWaits: s.m.pushWaits,
+		ChecksFailed: s.m.checksFailed}
 }
 
 // ReadPartitionCounts reads the topics' partition counts, as Run does
@@ -38,5 +42,5 @@ func ReadPartitionCounts(ctx context.Context, s *Sequencer) error { return s.rea
 // Restore restores partition p of s's store from the changelog, as an
 // assignment does, for BenchmarkSequencerRestore.
 func Restore(ctx context.Context, s *Sequencer, cl *kgo.Client, p int32) error {
-	return s.restore(ctx, cl, p)
+	return s.restore(ctx, cl, p, 0)
 }

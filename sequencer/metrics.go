@@ -18,11 +18,16 @@ type metrics struct {
 	restoreBytes   prometheus.Counter
 	// changelogSkipped counts canon.versions records no sequencer wrote.
 	changelogSkipped prometheus.Counter
-	ownedPartitions  prometheus.Gauge
-	restoring        prometheus.Gauge
-	offsetBehind     prometheus.Counter
-	inputSkipped     prometheus.Counter
-	fenced           prometheus.Counter
+	// checksRunning is how many restored checkpoints are being checked
+	// after their restore returned; checksFailed counts the ones found
+	// corrupt (their partitions are restored again).
+	checksRunning   prometheus.Gauge
+	checksFailed    prometheus.Counter
+	ownedPartitions prometheus.Gauge
+	restoring       prometheus.Gauge
+	offsetBehind    prometheus.Counter
+	inputSkipped    prometheus.Counter
+	fenced          prometheus.Counter
 	// livenessPeers counts the other instances this one holds a liveness
 	// connection to (liveness.go), and
 	// livenessRemovals the dead ones removed from the group.
@@ -111,6 +116,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "canon", Subsystem: "sequencer", Name: "restore_bytes_total",
 			Help: "Changelog bytes applied to the store by restores.",
 		}),
+		checksRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "checkpoint_checks_running",
+			Help: "Checkpoints restored into owned partitions whose files are still being checked against their checksums (the partitions are decided on meanwhile).",
+		}),
+		checksFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "canon", Subsystem: "sequencer", Name: "checkpoint_checks_failed_total",
+			Help: "Restored checkpoints found corrupt by their check (after or during the restore, by an owner or a standby), and store corruption found while deciding: the partition is dropped and restored again.",
+		}),
 		ownedPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "canon", Subsystem: "sequencer", Name: "owned_partitions",
 			Help: "Partitions of canon.mutations this instance owns.",
@@ -168,7 +181,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.phase, m.inputAge, m.requests)
 		reg.MustRegister(m.standbys, m.standbyLag)
 		reg.MustRegister(m.outcomes, m.versions, m.batchSize, m.txnSeconds, m.txnAborted, m.restoreLag,
-			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers, m.pushWaits,
+			m.restoreSeconds, m.restoreRecords, m.restoreBytes, m.changelogSkipped, m.checksRunning, m.checksFailed, m.ownedPartitions, m.restoring, m.offsetBehind, m.inputSkipped, m.fenced, m.gathers, m.pushWaits,
 			m.livenessPeers, m.livenessRemovals)
 	}
 	return m

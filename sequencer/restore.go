@@ -42,13 +42,19 @@ func (s *Sequencer) restorePending(ctx context.Context, cl *kgo.Client) (waiting
 			waiting[p] = true
 			continue
 		}
-		if err := s.restore(ctx, cl, p); err != nil {
+		if err := s.restore(ctx, cl, p, pending[p]); err != nil {
 			waiting[p] = true
 			s.nextTry[p] = time.Now().Add(restoreRetry)
 			errs = append(errs, fmt.Errorf("restore partition %d: %w", p, err))
 			continue
 		}
 		delete(s.nextTry, p)
+		if s.markedSince(p, pending[p]) {
+			// Marked again while it was restored (its checkpoint
+			// failed its check): it stays paused for the next restore.
+			waiting[p] = true
+			continue
+		}
 		done = append(done, p)
 	}
 	// Resume the restored partitions in one call, not each after its
@@ -101,9 +107,14 @@ var errOpenTransaction = errors.New("a transaction on the changelog partition ha
 
 // restore brings the store's partition p up to the last stable offset of
 // canon.versions[p], by changelog's decision table (a store the changelog
-// cannot explain is dropped and rebuilt, never "recovered").
-func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error {
+// cannot explain is dropped and rebuilt, never "recovered"); gen is the
+// mark generation of the restore. The check of a checkpoint it restores
+// from a local bucket goes on after it returns (checks.go).
+func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32, gen uint64) error {
 	start := time.Now()
+	if err := s.prepareRestore(ctx, p); err != nil {
+		return err
+	}
 	topic := s.cfg.Topics.Versions
 	end, high, err := s.changelogOffsets(ctx, cl, p)
 	if err != nil {
@@ -156,7 +167,15 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 				s.setRestoreLag(p, to-next)
 			},
 			Skipped: func(int32, int64, error) { skipped++ },
-			Dropped: func(int32, error) { skipped = 0 },
+			Dropped: func(_ int32, err error) {
+				skipped = 0
+				if errors.Is(err, chlog.ErrCorruptCheckpoint) {
+					s.m.checksFailed.Inc() // found by the restore itself
+				}
+			},
+			// Whatever happens next, the check runs: a restore that
+			// fails after it waits for it (prepareRestore).
+			Checking: func(_ int32, check func(context.Context) error) { s.checkRestored(ctx, p, gen, check) },
 		},
 	})
 	if err != nil {
@@ -166,6 +185,13 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	m.Close()
 	s.m.changelogSkipped.Add(skipped)
 	if err != nil {
+		if storeCorrupt(err) {
+			// Reading the tail over the partition's state failed on
+			// corrupt data: the next attempt starts from elsewhere.
+			s.mu.Lock()
+			s.corrupt[p] = true
+			s.mu.Unlock()
+		}
 		return err
 	}
 	if err := s.noteDecided(ctx, cl, p); err != nil {
@@ -175,7 +201,7 @@ func (s *Sequencer) restore(ctx context.Context, cl *kgo.Client, p int32) error 
 	d := time.Since(start)
 	s.m.restoreSeconds.Observe(d.Seconds())
 	s.log.Info("partition restored", "partition", p, "from", from, "to", to, "records", records, "bytes", bytes,
-		"checkpoint", checkpointAt, "took", d)
+		"checkpoint", checkpointAt, "checking", s.checkRunning(p), "took", d)
 	return nil
 }
 

@@ -43,6 +43,15 @@ type Sequencer struct {
 	// does not clear it.
 	needRestore map[int32]uint64
 	markGen     uint64
+	// restoredGen is, per owned partition, the mark generation of the
+	// restore that brought it up; checks are the checks of restored
+	// checkpoints still running (checks.go); corrupt holds the
+	// partitions whose local state must be dropped before their next
+	// restore (a restored checkpoint failed its check, or a read found
+	// the store corrupt). All under mu.
+	restoredGen map[int32]uint64
+	checks      map[int32]*restoredCheck
+	corrupt     map[int32]bool
 	wake        context.CancelFunc // interrupts the current poll, so that new partitions are restored at once
 	joined      bool               // the session got its first assignment (possibly empty)
 	running     atomic.Bool
@@ -111,6 +120,9 @@ func New(cfg Config) (*Sequencer, error) {
 		decider:     decider,
 		owned:       map[int32]bool{},
 		needRestore: map[int32]uint64{},
+		restoredGen: map[int32]uint64{},
+		checks:      map[int32]*restoredCheck{},
+		corrupt:     map[int32]bool{},
 		nextTry:     map[int32]time.Time{},
 		decidedUpTo: map[int32]int64{},
 		warned:      map[int32]bool{},
@@ -177,8 +189,10 @@ func (s *Sequencer) Generation() int32 {
 	return s.generation.Load()
 }
 
-// Owned returns the partitions this instance owns and has restored, in
-// order: the ones it decides, and takes checkpoints of.
+// Owned returns the partitions this instance owns and has restored, and
+// whose restored checkpoint passed its check, in order: the ones it
+// takes checkpoints of. A checkpoint is never taken of a restore that is
+// not checked yet.
 func (s *Sequencer) Owned() []int32 {
 	if !s.running.Load() {
 		return nil
@@ -187,7 +201,7 @@ func (s *Sequencer) Owned() []int32 {
 	defer s.mu.Unlock()
 	out := make([]int32, 0, len(s.owned))
 	for p := range s.owned {
-		if _, restoring := s.needRestore[p]; !restoring {
+		if _, restoring := s.needRestore[p]; !restoring && s.checks[p] == nil {
 			out = append(out, p)
 		}
 	}
@@ -343,6 +357,7 @@ func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[stri
 	for _, p := range revoked[s.cfg.Topics.Mutations] {
 		delete(s.owned, p)
 		delete(s.needRestore, p)
+		delete(s.restoredGen, p)
 	}
 	s.m.ownedPartitions.Set(float64(len(s.owned)))
 	s.m.restoring.Set(float64(len(s.needRestore)))
@@ -368,6 +383,7 @@ func (s *Sequencer) dropOwnership() {
 	defer s.mu.Unlock()
 	clear(s.owned)
 	clear(s.needRestore)
+	clear(s.restoredGen)
 	clear(s.nextTry)
 	clear(s.decidedUpTo)
 	clear(s.warned)
@@ -388,6 +404,15 @@ func (s *Sequencer) pendingRestores() map[int32]uint64 {
 	return maps.Clone(s.needRestore)
 }
 
+// markedSince reports whether partition p was marked for restore again
+// since the mark of generation gen.
+func (s *Sequencer) markedSince(p int32, gen uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.needRestore[p]
+	return ok && g != gen
+}
+
 // restored clears a partition's mark unless it was marked again since
 // the restore began.
 func (s *Sequencer) restored(p int32, gen uint64) {
@@ -395,6 +420,7 @@ func (s *Sequencer) restored(p int32, gen uint64) {
 	defer s.mu.Unlock()
 	if s.needRestore[p] == gen {
 		delete(s.needRestore, p)
+		s.restoredGen[p] = gen
 	}
 	s.m.restoring.Set(float64(len(s.needRestore)))
 }
@@ -562,6 +588,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	}
 	b := &batch{}
 	var decideErr error
+	var failed int32 // the partition of the record whose decision failed
 	outcomes := map[string]int{}
 	decided := 0
 	var decideTime, waitTime time.Duration
@@ -570,7 +597,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		for _, r := range s.skipDecided(recs) {
 			outcome, err := s.handle(ctx, sess, b, r)
 			if err != nil {
-				decideErr = err
+				decideErr, failed = err, r.Partition
 				break
 			}
 			outcomes[outcome]++
@@ -619,6 +646,10 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		case decideErr != nil:
 			cause = "error"
 			s.log.Error("decide failed; transaction aborted, records will be decided again", "err", decideErr)
+			if storeCorrupt(decideErr) {
+				// Deciding again over the same data would fail again.
+				s.corruptWhileDeciding(failed, decideErr)
+			}
 		case perr != nil:
 			cause = "error"
 			s.log.Error("produce failed; transaction aborted, records will be decided again", "err", perr)
@@ -669,6 +700,9 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 			// The changelog has it; the restore will bring it into the store.
 			s.log.Error("apply committed records to the store; partition will be restored", "partition", p, "err", err)
 			s.mu.Lock()
+			if storeCorrupt(err) {
+				s.corrupt[p] = true // the restore starts from elsewhere
+			}
 			if s.owned[p] {
 				s.markRestoreLocked(p)
 			}

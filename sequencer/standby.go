@@ -186,6 +186,11 @@ func (s *Sequencer) follow(ctx context.Context, ps []int32) error {
 				// distance to the last stable offset at the start.
 				s.noteStandbyLag(p, max(0, targets[p]-next), false)
 			},
+			Dropped: func(_ int32, err error) {
+				if errors.Is(err, chlog.ErrCorruptCheckpoint) {
+					s.m.checksFailed.Inc()
+				}
+			},
 		},
 	})
 	if err != nil {

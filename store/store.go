@@ -141,6 +141,17 @@ func Open(cfg Config) (*Store, error) {
 		Cache:              cache,
 		Logger:             pebbleLogger{log},
 		FormatMajorVersion: pebble.FormatNewest,
+		EventListener: &pebble.EventListener{
+			// A block that fails its checksum is an error of the read
+			// that found it (pebble.IsCorruptionError), for the caller
+			// to handle: the sequencer restores the partition from
+			// elsewhere (docs/checkpoints.md). Pebble's default with a
+			// logger is Fatalf, which panics here: one corrupt table of
+			// a restored checkpoint would crash the process.
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				log.Error("pebble: on-disk corruption", "path", info.Path, "err", info.Details)
+			},
+		},
 	}
 	// Most reads are point reads (heads, latest entries, chunks): a bloom
 	// filter spares the sstables that do not hold the key.

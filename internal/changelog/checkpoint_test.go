@@ -2,9 +2,11 @@ package changelog_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,19 +103,32 @@ type run struct {
 func (e *checkpointEnv) materialize(st *store.Store, k *checkpoint.Bucket) run {
 	e.t.Helper()
 	r := e.restore(st, k)
+	e.checkHeads(st)
+	return r
+}
+
+// checkHeads checks st's heads and state hashes against the changelog's.
+func (e *checkpointEnv) checkHeads(st *store.Store) {
+	e.t.Helper()
 	got, err := canontest.StoreHeads(st, 0)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if want := e.gen.Heads(); !maps.Equal(got, want) {
-		e.t.Fatalf("after the restore, the store's heads and state hashes differ from the changelog's:\n got %v\nwant %v", got, want)
+		e.t.Fatalf("the store's heads and state hashes differ from the changelog's:\n got %v\nwant %v", got, want)
 	}
-	return r
 }
 
 // restore restores st up to the last stable offset, with checkpoints
 // from k when it is set.
 func (e *checkpointEnv) restore(st *store.Store, k *checkpoint.Bucket) run {
+	e.t.Helper()
+	return e.restoreWith(st, k, nil)
+}
+
+// restoreWith is restore with the materializer's config changed by
+// change (when not nil).
+func (e *checkpointEnv) restoreWith(st *store.Store, k *checkpoint.Bucket, change func(*changelog.MaterializerConfig)) run {
 	e.t.Helper()
 	r := run{restored: -1}
 	cfg := changelog.MaterializerConfig{
@@ -127,6 +142,9 @@ func (e *checkpointEnv) restore(st *store.Store, k *checkpoint.Bucket) run {
 	}
 	if k != nil {
 		cfg.Checkpoints = k
+	}
+	if change != nil {
+		change(&cfg)
 	}
 	m, err := changelog.NewMaterializer(cfg)
 	if err != nil {
@@ -244,4 +262,177 @@ func TestRestoreFindsACorruptTableAfterItsIngest(t *testing.T) {
 		t.Fatalf("corrupt table: restored %d, dropped %d, last start %d; want restored %d (ingested before its check ended), dropped once, rebuilt from 0",
 			r.restored, r.dropped, r.from, m.Offset)
 	}
+}
+
+// corruptObject replaces the bucket's object of file f (as fileblob
+// replaces objects) by a copy with one byte changed in its middle, in a
+// data block of the table, its size kept.
+func (e *checkpointEnv) corruptObject(f checkpoint.File) {
+	e.t.Helper()
+	path := filepath.Join(e.dir, "bucket", filepath.FromSlash(checkpoint.DefaultPrefix+"files/"+f.SHA256))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(path+".new", data, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// twoCheckpoints writes a history with two checkpoints of it and a tail,
+// and corrupts the largest table that only the newer one holds. It
+// returns both manifests.
+func (e *checkpointEnv) twoCheckpoints() (older, newer *checkpoint.Manifest) {
+	e.t.Helper()
+	e.produce(1500)
+	owner := e.store("owner")
+	ob := e.bucket(owner, "")
+	take := func() *checkpoint.Manifest {
+		e.materialize(owner, nil)
+		m, err := ob.Take(context.Background(), 0, checkpoint.TakeOptions{TopicID: e.topicID(), Generation: -1})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return m
+	}
+	older = take()
+	e.produce(600)
+	newer = take()
+	e.produce(50)
+	inOlder := map[string]bool{}
+	for _, f := range older.Files {
+		inOlder[f.SHA256] = true
+	}
+	var victim checkpoint.File
+	for _, f := range newer.Files {
+		if !inOlder[f.SHA256] && f.Size > victim.Size {
+			victim = f
+		}
+	}
+	if victim.Size == 0 {
+		e.t.Fatal("the newer checkpoint has no table of its own")
+	}
+	e.corruptObject(victim)
+	return older, newer
+}
+
+// TestRestoreHandsTheCheckToItsCaller: on the real broker, a bounded
+// restore with Hooks.Checking returns as soon as the tail is read, with
+// the check of the restored checkpoint (one byte changed in a data block
+// of its largest table) handed to the caller; the check fails after the
+// restore returned; the caller drops the partition and restores again,
+// and the same bucket skips the corrupt checkpoint for the older one:
+// the state hashes are the changelog's.
+func TestRestoreHandsTheCheckToItsCaller(t *testing.T) {
+	e := newCheckpointEnv(t)
+	older, newer := e.twoCheckpoints()
+
+	fresh := e.store("fresh")
+	k := e.bucket(fresh, "")
+	checks := map[int32]func(context.Context) error{}
+	r := e.restoreWith(fresh, k, func(cfg *changelog.MaterializerConfig) {
+		cfg.Hooks.Checking = func(p int32, check func(context.Context) error) { checks[p] = check }
+	})
+	if r.restored != newer.Offset || r.dropped != 0 || len(checks) != 1 || checks[0] == nil {
+		t.Fatalf("restored %d, dropped %d, checks handed over %d; want restored %d, none dropped, the check of partition 0 handed over",
+			r.restored, r.dropped, len(checks), newer.Offset)
+	}
+	err := checks[0](context.Background())
+	if !errors.Is(err, checkpoint.ErrInvalid) {
+		t.Fatalf("the check of a corrupt table answered %v, want checkpoint.ErrInvalid", err)
+	}
+	if err := fresh.DropPartition(0); err != nil {
+		t.Fatal(err)
+	}
+	r = e.restoreWith(fresh, k, func(cfg *changelog.MaterializerConfig) {
+		cfg.Hooks.Checking = func(p int32, check func(context.Context) error) { checks[p] = check }
+	})
+	if r.restored != older.Offset || r.from != older.Offset {
+		t.Fatalf("after the drop: restored %d, started at %d; want the older checkpoint's offset %d (the newer one is known corrupt)",
+			r.restored, r.from, older.Offset)
+	}
+	if err := checks[0](context.Background()); err != nil {
+		t.Fatalf("the older checkpoint's check: %v", err)
+	}
+	e.checkHeads(fresh)
+}
+
+// TestFollowerDropsACorruptCheckpointWhileReading: on the real broker, a
+// Forever materializer (a read replica, a standby) restores a checkpoint
+// whose table is corrupt, reads on while the check runs, learns of the
+// failed check between polls, drops the partition and restores it again
+// from the older checkpoint: its state hashes are then the changelog's.
+func TestFollowerDropsACorruptCheckpointWhileReading(t *testing.T) {
+	e := newCheckpointEnv(t)
+	older, newer := e.twoCheckpoints()
+
+	fresh := e.store("fresh")
+	var (
+		mu              sync.Mutex
+		restored        = int64(-1)
+		dropped         int
+		from, target    int64
+		caughtUpRebuilt = make(chan struct{})
+	)
+	cfg := changelog.MaterializerConfig{
+		Tail: changelog.Config{Kafka: kafka.ClientConfig{Brokers: e.brokers}, Topics: e.names, Partitions: []int32{0}},
+		Sink: fresh, Until: changelog.Forever, Checkpoints: e.bucket(fresh, ""),
+		Hooks: changelog.Hooks{
+			Restored: func(_ int32, o int64) { mu.Lock(); restored = o; mu.Unlock() },
+			Dropped: func(_ int32, err error) {
+				if !errors.Is(err, changelog.ErrCorruptCheckpoint) {
+					t.Errorf("dropped for %v, want changelog.ErrCorruptCheckpoint", err)
+				}
+				mu.Lock()
+				dropped++
+				mu.Unlock()
+			},
+			Started: func(f, t map[int32]int64) {
+				mu.Lock()
+				from, target = f[0], t[0]
+				mu.Unlock()
+			},
+			Applied: func(_ int32, next int64, _ int, _ int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				if dropped > 0 && next >= target {
+					select {
+					case <-caughtUpRebuilt:
+					default:
+						close(caughtUpRebuilt)
+					}
+				}
+			},
+		},
+	}
+	m, err := changelog.NewMaterializer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case <-caughtUpRebuilt:
+	case err := <-done:
+		t.Fatalf("the follower stopped: %v", err)
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the follower did not rebuild the partition within 5 minutes")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the follower ended with %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if restored != older.Offset || dropped != 1 || from != older.Offset {
+		t.Fatalf("last restored %d, dropped %d, last start %d; want the newer checkpoint (%d) dropped once after its check failed, then the older one restored (%d)",
+			restored, dropped, from, newer.Offset, older.Offset)
+	}
+	e.checkHeads(fresh)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -57,11 +58,19 @@ type Checkpoints interface {
 // UncheckedCheckpoints are Checkpoints that can restore a partition
 // before its files are all checked against their checksums: check (nil
 // when nothing is left to check) waits for that, and fails when one is
-// corrupt. A bounded Materializer reads the tail meanwhile and waits for
-// the check before it returns, so the partition is not used before it
-// passed; a corrupt checkpoint found then is dropped, and the partition
-// rebuilt from the changelog. A Forever materializer waits before it
-// reads.
+// corrupt; reads meanwhile are guarded by the store's own block
+// checksums (a corrupt block is a read error, never wrong data). A
+// checkpoint whose check failed is never restored again by the same
+// UncheckedCheckpoints (checkpoint.Bucket remembers it), so that the
+// partition's next restore falls back to an older checkpoint or to the
+// changelog's first record.
+//
+// A bounded Materializer reads the tail meanwhile; it then hands the
+// check to Hooks.Checking when that is set, and returns at once, or
+// otherwise waits for it before it returns. A Forever materializer reads
+// and writes meanwhile, and learns of the check's end between polls. A
+// corrupt checkpoint found while the materializer runs is dropped, and
+// the partition restored again (Hooks.Dropped is told ErrCorruptCheckpoint).
 type UncheckedCheckpoints interface {
 	RestoreUnchecked(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, check func(context.Context) error, err error)
 }
@@ -152,6 +161,17 @@ type Hooks struct {
 	// Restored is told that a partition was restored from a checkpoint
 	// that holds it up to offset.
 	Restored func(partition int32, offset int64)
+	// Checking, when set, takes over the checks of the checkpoints a
+	// bounded policy (LastStable, End) restored unchecked
+	// (UncheckedCheckpoints): Run returns as soon as the tail is read,
+	// and check (called once) waits for the check and fails when the
+	// restored checkpoint is corrupt. The caller must then drop the
+	// partition (Sink.DropPartition) and restore it again: the restore
+	// falls back to an older checkpoint or to the changelog's first
+	// record. Without Checking, Run waits for the check and does that
+	// itself. Not used with Forever, which checks in the background on
+	// its own. Called on the goroutine of Run, before it returns.
+	Checking func(partition int32, check func(context.Context) error)
 }
 
 // Errors of a Materializer; a record of a newer schema is reported with
@@ -160,6 +180,9 @@ var (
 	// ErrTruncated means the changelog no longer holds records the sink
 	// needs: they were deleted, and nothing can rebuild the partition.
 	ErrTruncated = errors.New("changelog records the store needs were deleted")
+	// ErrCorruptCheckpoint is what Hooks.Dropped is told of a partition
+	// dropped because its restored checkpoint failed its check.
+	ErrCorruptCheckpoint = errors.New("restored checkpoint corrupt")
 )
 
 // Materializer brings a sink up to date from canon.versions for a set of
@@ -278,7 +301,7 @@ func (m *Materializer) Close() {
 
 // run is one pass: from the sink's offsets to the policy's targets, or
 // until a partition is dropped for a rebuild.
-func (m *Materializer) run(ctx context.Context) error {
+func (m *Materializer) run(ctx context.Context) (err error) {
 	m.Close()
 	log := m.cfg.Tail.Log
 	topic := m.cfg.Tail.Topics.Versions
@@ -336,13 +359,13 @@ func (m *Materializer) run(ctx context.Context) error {
 	if reread {
 		m.Close() // it reads from the dropped offsets
 	}
-	if m.cfg.Until == Forever {
-		if err := m.checked(ctx); err != nil {
-			return err
-		}
+	var bg *backgroundChecks
+	if m.cfg.Until == Forever && len(m.checks) > 0 {
+		bg = m.checkInBackground(ctx)
+		defer func() { err = bg.finish(ctx, err) }()
 	}
 	if m.cfg.Until != Forever && m.reached() {
-		return m.checked(ctx)
+		return m.checkedOrHanded(ctx)
 	}
 	if m.tail == nil {
 		if err := m.open(from); err != nil {
@@ -350,10 +373,17 @@ func (m *Materializer) run(ctx context.Context) error {
 		}
 	}
 	for m.cfg.Until == Forever || !m.reached() {
-		evs, err := m.tail.Poll(ctx)
-		if err == nil {
+		pctx := ctx
+		if bg != nil {
+			pctx = bg.pollContext()
+		}
+		evs, err := m.tail.Poll(pctx)
+		switch {
+		case err == nil:
 			err = m.Take(evs)
-		} else if m.cfg.Until != Forever {
+		case ctx.Err() == nil && pctx.Err() != nil:
+			err = nil // a background check ended: see below
+		case m.cfg.Until != Forever:
 			err = fmt.Errorf("read %s: %w", topic, err)
 		}
 		if err != nil {
@@ -364,8 +394,156 @@ func (m *Materializer) run(ctx context.Context) error {
 			}
 			return err
 		}
+		if bg != nil {
+			if err := bg.collect(); err != nil {
+				return err
+			}
+		}
 	}
-	return m.checked(ctx)
+	return m.checkedOrHanded(ctx)
+}
+
+// checkedOrHanded ends a bounded run: the checks of checkpoints restored
+// unchecked go to Hooks.Checking when it is set, or are waited for.
+func (m *Materializer) checkedOrHanded(ctx context.Context) error {
+	if m.cfg.Hooks.Checking == nil {
+		return m.checked(ctx)
+	}
+	for _, p := range slices.Sorted(maps.Keys(m.checks)) {
+		m.cfg.Hooks.Checking(p, m.checks[p])
+		delete(m.checks, p)
+	}
+	return nil
+}
+
+// backgroundChecks are the checks of checkpoints a Forever materializer
+// restored unchecked, running while it reads: each result interrupts the
+// poll, and a failed check drops its partition for a rebuild.
+type backgroundChecks struct {
+	m       *Materializer
+	results chan checkResult
+	running map[int32]bool // the checks whose result is not collected
+
+	mu     sync.Mutex
+	ctx    context.Context // the run's
+	pctx   context.Context // the poll's: ctx, ended when a check ends
+	cancel context.CancelFunc
+}
+
+type checkResult struct {
+	p   int32
+	err error
+}
+
+// checkInBackground starts the pending checks. They do not end with the
+// run's ctx: they read local files only, and a run that ends waits for
+// them (finish), so that a corrupt checkpoint is dropped rather than left
+// in the sink unchecked.
+func (m *Materializer) checkInBackground(ctx context.Context) *backgroundChecks {
+	bg := &backgroundChecks{m: m, ctx: ctx, results: make(chan checkResult, len(m.checks)), running: map[int32]bool{}}
+	bg.pctx, bg.cancel = context.WithCancel(ctx)
+	cctx := context.WithoutCancel(ctx)
+	for p, check := range m.checks {
+		bg.running[p] = true
+		go func() {
+			bg.results <- checkResult{p, check(cctx)}
+			bg.mu.Lock()
+			bg.cancel()
+			bg.mu.Unlock()
+		}()
+	}
+	clear(m.checks)
+	m.cfg.Tail.Log.Info("reading while the restored checkpoints are checked", "partitions", slices.Sorted(maps.Keys(bg.running)))
+	return bg
+}
+
+// pollContext is the context of the next poll.
+func (bg *backgroundChecks) pollContext() context.Context {
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	if len(bg.running) == 0 {
+		return bg.ctx
+	}
+	if bg.pctx.Err() != nil {
+		bg.pctx, bg.cancel = context.WithCancel(bg.ctx)
+	}
+	return bg.pctx
+}
+
+// collect takes the results of the checks that ended; a partition whose
+// check failed is dropped, and collect answers errRebuild.
+func (bg *backgroundChecks) collect() error {
+	rebuild := false
+	for {
+		select {
+		case r := <-bg.results:
+			if err := bg.done(r); err != nil {
+				return err
+			}
+			rebuild = rebuild || r.err != nil
+			continue
+		default:
+		}
+		break
+	}
+	if rebuild {
+		return errRebuild
+	}
+	return nil
+}
+
+// done handles one check's result.
+func (bg *backgroundChecks) done(r checkResult) error {
+	bg.mu.Lock()
+	delete(bg.running, r.p)
+	bg.mu.Unlock()
+	if r.err == nil {
+		bg.m.cfg.Tail.Log.Info("the restored checkpoint passed its check", "partition", r.p)
+		return nil
+	}
+	bg.m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", r.p, "err", r.err)
+	return bg.m.dropCorrupt(r.p, r.err)
+}
+
+// finish waits for the checks still running when a run ends, and drops
+// the partitions whose check failed; err is the run's. A run that ends
+// without its context ending then answers errRebuild, so that Run
+// rebuilds them.
+func (bg *backgroundChecks) finish(ctx context.Context, err error) error {
+	bg.mu.Lock()
+	bg.cancel()
+	n := len(bg.running)
+	bg.mu.Unlock()
+	rebuild := false
+	for range n {
+		r := <-bg.results
+		if derr := bg.done(r); derr != nil && err == nil {
+			err = derr
+		}
+		rebuild = rebuild || r.err != nil
+	}
+	if rebuild && ctx.Err() == nil && (err == nil || !errors.Is(err, errRebuild)) {
+		return errors.Join(errRebuild, err)
+	}
+	return err
+}
+
+// startCheck starts check in the background and returns what waits for
+// its result.
+func startCheck(ctx context.Context, check func(context.Context) error) func(context.Context) error {
+	res := make(chan error, 1)
+	go func() { res <- check(context.WithoutCancel(ctx)) }()
+	var once sync.Once
+	var err error
+	return func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		once.Do(func() { err = <-res })
+		return err
+	}
 }
 
 // checked waits for the checks of the checkpoints restored unchecked. A
@@ -382,8 +560,8 @@ func (m *Materializer) checked(ctx context.Context) error {
 		if err == nil {
 			continue
 		}
-		m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and rebuilding it from the changelog", "partition", p, "err", err)
-		if derr := m.drop(p, err); derr != nil {
+		m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", p, "err", err)
+		if derr := m.dropCorrupt(p, err); derr != nil {
 			return derr
 		}
 		rebuild = true
@@ -655,6 +833,11 @@ func (m *Materializer) restoreCheckpoints(ctx context.Context, from map[int32]in
 			o, ok, err = m.cfg.Checkpoints.Restore(ctx, p, m.topicID, after, stable[p])
 		}
 		if check != nil {
+			if m.cfg.Until != Forever && m.cfg.Hooks.Checking == nil {
+				// Waited for before Run returns: it runs beside the
+				// tail meanwhile.
+				check = startCheck(ctx, check)
+			}
 			m.checks[p] = check
 		}
 		switch {
@@ -689,10 +872,27 @@ func TopicID(ctx context.Context, adm *kadm.Client, topic string) (string, error
 	return hex.EncodeToString(td.ID[:]), nil
 }
 
-// drop drops partition p from the sink for a rebuild.
+// drop drops partition p from the sink for a rebuild from the
+// changelog's first record.
 func (m *Materializer) drop(p int32, why error) error {
 	m.noCheckpoint[p] = true
-	delete(m.checks, p) // what it checks is dropped
+	return m.dropOnly(p, why)
+}
+
+// dropCorrupt drops partition p, whose restored checkpoint failed its
+// check, for a restore that may use an older checkpoint: the
+// UncheckedCheckpoints never restore that one again.
+func (m *Materializer) dropCorrupt(p int32, err error) error {
+	return m.dropOnly(p, fmt.Errorf("%w: %w", ErrCorruptCheckpoint, err))
+}
+
+func (m *Materializer) dropOnly(p int32, why error) error {
+	if check := m.checks[p]; check != nil {
+		// What it checks is dropped; run it all the same, which
+		// releases what it holds.
+		go func() { _ = check(context.Background()) }()
+		delete(m.checks, p)
+	}
 	if err := m.cfg.Sink.DropPartition(p); err != nil {
 		return err
 	}

@@ -161,11 +161,14 @@ func (t *Tail) Next(topic string, partition int32) (offset int64, ok bool) {
 }
 
 // Poll waits for the next records and returns them decoded, in offset
-// order per partition. It returns ctx's error when ctx ends.
+// order per partition. It returns ctx's error when ctx ends, once no
+// fetched record is left.
 func (t *Tail) Poll(ctx context.Context) ([]Event, error) {
 	for {
 		fs := t.cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+		// Records a fetch holds are the client's position already: they
+		// are returned even when ctx ended meanwhile, never dropped.
+		if err := ctx.Err(); err != nil && fs.NumRecords() == 0 {
 			return nil, err
 		}
 		if fs.IsClientClosed() {

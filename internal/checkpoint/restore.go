@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"gocloud.dev/blob"
@@ -43,16 +44,24 @@ func (k *Bucket) Restore(ctx context.Context, p int32, topicID string, after, up
 
 // RestoreUnchecked is Restore that may return before every restored file
 // is checked against its checksum, so that the check runs while the
-// caller reads the changelog's tail: the files linked from a local
-// bucket (file:// on the store's file system) are checked by check,
-// which waits for it. Until check returned nil the partition must not
-// be used (served, decided on): on an error (ErrInvalid, logged here)
-// the store holds a corrupt checkpoint, and the caller must drop the
-// partition and restore it another way. Everything else is checked
-// before RestoreUnchecked returns, as Restore does; Pebble checks the
-// tables' footers and indexes at their ingest, and the checksum of every
-// block it reads from them meanwhile. check is nil when nothing is left
-// to check.
+// caller reads the changelog's tail and uses the partition: the files
+// linked from a local bucket (file:// on the store's file system) are
+// checked by check, which starts the check when it is first called (not
+// before: it would compete with the restore for the CPU) and waits for
+// it. The caller must call check once, even when it drops the partition:
+// the check holds the files open until it ran. On an error (ErrInvalid, logged
+// here) the store holds a corrupt checkpoint: the caller must drop the
+// partition and restore it another way, and this Bucket's restores skip
+// that manifest from then on. Everything else is checked before
+// RestoreUnchecked returns, as Restore does.
+//
+// Until check returned, reads are guarded by Pebble: the ingest read
+// each table's footer, properties, index and first and last data block,
+// each checked against its own checksum, and every block read later is
+// checked when it is read, so a corrupt block is an error, never wrong
+// data (docs/checkpoints.md). What only check finds is a table swapped
+// for another valid one, and corruption in blocks nobody read yet.
+// check is nil when nothing is left to check; it may be called once.
 func (k *Bucket) RestoreUnchecked(ctx context.Context, p int32, topicID string, after, upTo int64) (offset int64, ok bool, check func(context.Context) error, err error) {
 	return k.restore(ctx, p, topicID, after, upTo, true)
 }
@@ -71,6 +80,10 @@ func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, up
 		if ref.offset <= after {
 			break // sorted: the rest are older still
 		}
+		if k.state.isCorrupt(ref.key) {
+			k.skip(p, ref.key, fmt.Errorf("%w: its files failed their check after an earlier restore of it (corrupt)", ErrInvalid))
+			continue
+		}
 		o, pending, err := k.restoreOne(ctx, p, topicID, ref, deferCheck)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -81,12 +94,14 @@ func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, up
 		}
 		if pending != nil {
 			check = func(ctx context.Context) error {
+				pending.start()
 				select {
 				case <-pending.done:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
 				if pending.err != nil {
+					k.state.markCorrupt(ref.key)
 					k.skip(p, ref.key, pending.err)
 				}
 				return pending.err
@@ -107,33 +122,47 @@ func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, up
 	return 0, false, nil, nil
 }
 
-// pendingCheck is the check of linked files that runs on after a
-// restore returned (RestoreUnchecked).
+// pendingCheck is the check of linked files that runs after a restore
+// returned (RestoreUnchecked). It starts when its check is first waited
+// for, so that it does not compete for the CPU with the restore it
+// follows (on 2 cores, reading every byte beside the ingest and the
+// tail slowed them down as much as it saved).
 type pendingCheck struct {
-	done chan struct{} // closed when err is set
-	err  error
+	start func()        // starts the check, once
+	done  chan struct{} // closed when err is set
+	err   error
 }
 
-// checkLinked checks the linked files against files in the background,
-// downloadWorkers at once, and closes them.
+// wait starts the check if it has not started, and waits for it.
+func (pc *pendingCheck) wait() error {
+	pc.start()
+	<-pc.done
+	return pc.err
+}
+
+// checkLinked returns the check of the linked files against files, run
+// in the background once started, downloadWorkers at once; it closes
+// them.
 func checkLinked(files []File, linked []*os.File) *pendingCheck {
 	pc := &pendingCheck{done: make(chan struct{})}
-	go func() {
-		defer close(pc.done)
-		var g errgroup.Group
-		g.SetLimit(downloadWorkers())
-		for i, in := range linked {
-			if in == nil {
-				continue
-			}
-			g.Go(func() error {
-				defer in.Close()
-				return checkLocal(files[i], in)
-			})
-		}
-		pc.err = g.Wait()
-	}()
+	pc.start = sync.OnceFunc(func() { go pc.run(files, linked) })
 	return pc
+}
+
+func (pc *pendingCheck) run(files []File, linked []*os.File) {
+	defer close(pc.done)
+	var g errgroup.Group
+	g.SetLimit(downloadWorkers())
+	for i, in := range linked {
+		if in == nil {
+			continue
+		}
+		g.Go(func() error {
+			defer in.Close()
+			return checkLocal(files[i], in)
+		})
+	}
+	pc.err = g.Wait()
 }
 
 func (k *Bucket) skip(p int32, key string, err error) {
@@ -187,7 +216,7 @@ func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref ma
 	}
 	if err != nil {
 		if pending != nil {
-			<-pending.done // its files are closed; the ingest's error is the one to report
+			_ = pending.wait() // its files are closed; the ingest's error is the one to report
 		}
 		return 0, nil, err
 	}
@@ -233,8 +262,8 @@ const downloadBuffer = 1 << 20
 // that took. The first error stops the others.
 //
 // With deferCheck, the files linked from a local bucket are not checked
-// before downloadAll returns: their check starts before the fsync and
-// runs on, and linked is it (nil when no file was linked).
+// before downloadAll returns: linked is their check, started when it is
+// first waited for (nil when no file was linked).
 func (k *Bucket) downloadAll(ctx context.Context, files []File, dir string, sync, deferCheck bool) (paths []string, linked *pendingCheck, synced time.Duration, err error) {
 	paths = make([]string, len(files))
 	var open []*os.File
@@ -282,7 +311,7 @@ func (k *Bucket) downloadAll(ctx context.Context, files []File, dir string, sync
 	}
 	if err != nil {
 		if linked != nil {
-			<-linked.done
+			_ = linked.wait()
 		}
 		return nil, nil, 0, err
 	}

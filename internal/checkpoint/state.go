@@ -13,17 +13,23 @@ import (
 var errEOF = io.EOF
 
 // bucketState is what a Bucket remembers: manifests it read (they are
-// immutable), and the files garbage collection saw unreferenced.
+// immutable), the ones found corrupt after a restore, and the files
+// garbage collection saw unreferenced.
 type bucketState struct {
 	mu        sync.Mutex
 	manifests map[string]*Manifest
+	// corrupt holds the manifests whose files failed their check after
+	// they were restored (RestoreUnchecked): a restore skips them, so
+	// that the restore that replaces a corrupt checkpoint does not pick
+	// it again. In memory only: a restart checks them again.
+	corrupt map[string]bool
 	// unreferenced is when GC first saw a file that no manifest names.
 	unreferenced map[string]time.Time
 	lastGC       time.Time
 }
 
 func newBucketState() *bucketState {
-	return &bucketState{manifests: map[string]*Manifest{}, unreferenced: map[string]time.Time{}}
+	return &bucketState{manifests: map[string]*Manifest{}, corrupt: map[string]bool{}, unreferenced: map[string]time.Time{}}
 }
 
 func (s *bucketState) manifest(key string) *Manifest {
@@ -36,6 +42,18 @@ func (s *bucketState) rememberManifest(key string, m *Manifest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.manifests[key] = m
+}
+
+func (s *bucketState) markCorrupt(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.corrupt[key] = true
+}
+
+func (s *bucketState) isCorrupt(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.corrupt[key]
 }
 
 func (s *bucketState) forgetManifest(key string) {
