@@ -9,6 +9,8 @@ import (
 
 	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
 	_ "github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers "fastcdc-v1.0.0"
+
+	"github.com/canon-sync/canon/internal/chunkhash"
 )
 
 // Content-defined chunking parameters of item bodies (FastCDC). They are
@@ -114,8 +116,8 @@ func resplitBody(prev []byte, prevEnds []int32, body []byte) (parts [][]byte, wa
 		return parts, was
 	}
 	n := min(len(prev), len(body))
-	pre := commonPrefix(prev[:n], body[:n])
-	suf := commonSuffix(prev[pre:], body[pre:])
+	pre := chunkhash.CommonPrefix(prev[:n], body[:n])
+	suf := chunkhash.CommonSuffix(prev[pre:], body[pre:])
 	parts = make([][]byte, 0, len(body)/ChunkAvgSize+1)
 	was = make([]int, 0, cap(parts))
 	start, k := 0, 0
@@ -149,32 +151,4 @@ func resplitBody(prev []byte, prevEnds []int32, body []byte) (parts [][]byte, wa
 		}
 	}
 	return parts, was
-}
-
-// commonPrefix is the length of the longest common prefix of a and b, of
-// equal length.
-func commonPrefix(a, b []byte) int {
-	const step = 4 << 10
-	n := 0
-	for n+step <= len(a) && bytes.Equal(a[n:n+step], b[n:n+step]) {
-		n += step
-	}
-	for n < len(a) && a[n] == b[n] {
-		n++
-	}
-	return n
-}
-
-// commonSuffix is the length of the longest common suffix of a and b.
-func commonSuffix(a, b []byte) int {
-	const step = 4 << 10
-	n := 0
-	m := min(len(a), len(b))
-	for n+step <= m && bytes.Equal(a[len(a)-n-step:len(a)-n], b[len(b)-n-step:len(b)-n]) {
-		n += step
-	}
-	for n < m && a[len(a)-1-n] == b[len(b)-1-n] {
-		n++
-	}
-	return n
 }

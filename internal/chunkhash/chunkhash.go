@@ -124,7 +124,7 @@ func Sum(body, prev []byte, prevMarks *Marks) (sum [32]byte, marks *Marks, err e
 	at := 0
 	if prevMarks != nil && len(prev) >= MarkEvery {
 		n := min(len(prev), len(body), len(prevMarks.states)*MarkEvery)
-		same := commonPrefix(prev[:n], body[:n])
+		same := CommonPrefix(prev[:n], body[:n])
 		if k := same / MarkEvery; k > 0 {
 			if err := resume(h, prevMarks.states[k-1]); err != nil {
 				return sum, nil, err
@@ -150,15 +150,29 @@ func Sum(body, prev []byte, prevMarks *Marks) (sum [32]byte, marks *Marks, err e
 // Bytes is what the marks keep alive, about.
 func (m *Marks) Bytes() int { return len(m.states) * 128 }
 
-// commonPrefix is the length of the longest common prefix of a and b, of
+// CommonPrefix is the length of the longest common prefix of a and b, of
 // equal length.
-func commonPrefix(a, b []byte) int {
+func CommonPrefix(a, b []byte) int {
 	const step = 4 << 10
 	n := 0
 	for n+step <= len(a) && bytes.Equal(a[n:n+step], b[n:n+step]) {
 		n += step
 	}
 	for n < len(a) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// CommonSuffix is the length of the longest common suffix of a and b.
+func CommonSuffix(a, b []byte) int {
+	const step = 4 << 10
+	n := 0
+	m := min(len(a), len(b))
+	for n+step <= m && bytes.Equal(a[len(a)-n-step:len(a)-n], b[len(b)-n-step:len(b)-n]) {
+		n += step
+	}
+	for n < m && a[len(a)-1-n] == b[len(b)-1-n] {
 		n++
 	}
 	return n
