@@ -81,33 +81,12 @@ func TestIntegrationCorruptCheckpointAfterRestore(t *testing.T) {
 	// The newest manifest's largest table of its own.
 	names := manifests()
 	newer := read(names[len(names)-1])
-	inOlder := map[string]bool{}
+	var older []*checkpoint.Manifest
 	for _, name := range names[:len(names)-1] {
-		for _, f := range read(name).Files {
-			inOlder[f.SHA256] = true
-		}
+		older = append(older, read(name))
 	}
-	var victim checkpoint.File
-	for _, f := range newer.Files {
-		if !inOlder[f.SHA256] && f.Size > victim.Size {
-			victim = f
-		}
-	}
-	if victim.Size == 0 {
-		t.Fatal("the newest checkpoint has no table of its own")
-	}
-	path := filepath.Join(bucket, filepath.FromSlash(checkpoint.DefaultPrefix+"files/"+victim.SHA256))
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(path+".new", data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(path+".new", path); err != nil {
-		t.Fatal(err)
-	}
+	victim := canontest.LargestOwnFile(t, newer, older...)
+	canontest.CorruptFile(t, filepath.Join(bucket, filepath.FromSlash(checkpoint.DefaultPrefix+"files/"+victim.SHA256)))
 	t.Logf("corrupted table %s (%d bytes) of the checkpoint at offset %d", victim.Name, victim.Size, newer.Offset)
 
 	b := newSeqProc(t, e, "b", flags...)

@@ -244,17 +244,7 @@ func TestRestoreFindsACorruptTableAfterItsIngest(t *testing.T) {
 	if err != nil || largest == "" {
 		t.Fatalf("no table in the bucket: %v", err)
 	}
-	data, err := os.ReadFile(largest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(largest+".new", data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(largest+".new", largest); err != nil {
-		t.Fatal(err)
-	}
+	canontest.CorruptFile(t, largest)
 
 	fresh := e.store("fresh")
 	r := e.materialize(fresh, e.bucket(fresh, ""))
@@ -269,18 +259,7 @@ func TestRestoreFindsACorruptTableAfterItsIngest(t *testing.T) {
 // data block of the table, its size kept.
 func (e *checkpointEnv) corruptObject(f checkpoint.File) {
 	e.t.Helper()
-	path := filepath.Join(e.dir, "bucket", filepath.FromSlash(checkpoint.DefaultPrefix+"files/"+f.SHA256))
-	data, err := os.ReadFile(path)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(path+".new", data, 0o644); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.Rename(path+".new", path); err != nil {
-		e.t.Fatal(err)
-	}
+	canontest.CorruptFile(e.t, filepath.Join(e.dir, "bucket", filepath.FromSlash(checkpoint.DefaultPrefix+"files/"+f.SHA256)))
 }
 
 // twoCheckpoints writes a history with two checkpoints of it and a tail,
@@ -303,20 +282,7 @@ func (e *checkpointEnv) twoCheckpoints() (older, newer *checkpoint.Manifest) {
 	e.produce(600)
 	newer = take()
 	e.produce(50)
-	inOlder := map[string]bool{}
-	for _, f := range older.Files {
-		inOlder[f.SHA256] = true
-	}
-	var victim checkpoint.File
-	for _, f := range newer.Files {
-		if !inOlder[f.SHA256] && f.Size > victim.Size {
-			victim = f
-		}
-	}
-	if victim.Size == 0 {
-		e.t.Fatal("the newer checkpoint has no table of its own")
-	}
-	e.corruptObject(victim)
+	e.corruptObject(canontest.LargestOwnFile(e.t, newer, older))
 	return older, newer
 }
 

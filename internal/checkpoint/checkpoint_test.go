@@ -198,19 +198,6 @@ func TestRestoreSkipsInvalid(t *testing.T) {
 		ms = append(ms, f.take(k))
 		heads = append(heads, f.gen.Heads())
 	}
-	unique := func(m, older *checkpoint.Manifest) checkpoint.File {
-		in := map[string]bool{}
-		for _, fl := range older.Files {
-			in[fl.SHA256] = true
-		}
-		for _, fl := range m.Files {
-			if !in[fl.SHA256] && fl.Size > 0 {
-				return fl
-			}
-		}
-		t.Fatal("no file of its own in the checkpoint")
-		return checkpoint.File{}
-	}
 	ctx := context.Background()
 	path := func(fl checkpoint.File) string { return filepath.Join(f.dir, "bucket", "canon", "files", fl.SHA256) }
 
@@ -220,26 +207,19 @@ func TestRestoreSkipsInvalid(t *testing.T) {
 	f.restore("beyond", topicID, ms[0].Offset-1, 0, nil)
 
 	// A corrupt file of the newest: the middle one.
-	fl := unique(ms[2], ms[1])
-	data, err := os.ReadFile(path(fl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0xff
-	if err := os.WriteFile(path(fl), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fl := canontest.LargestOwnFile(t, ms[2], ms[1], ms[0])
+	canontest.CorruptFile(t, path(fl))
 	f.restore("corrupt", topicID, f.next, ms[1].Offset, heads[1])
 
 	// The middle one truncated too: the oldest.
-	fl = unique(ms[1], ms[0])
+	fl = canontest.LargestOwnFile(t, ms[1], ms[0])
 	if err := os.Truncate(path(fl), fl.Size/2); err != nil {
 		t.Fatal(err)
 	}
 	f.restore("truncated", topicID, f.next, ms[0].Offset, heads[0])
 
 	// A deleted file of the oldest: none is usable, nothing restored.
-	if err := os.Remove(path(unique(ms[0], &checkpoint.Manifest{}))); err != nil {
+	if err := os.Remove(path(canontest.LargestOwnFile(t, ms[0]))); err != nil {
 		t.Fatal(err)
 	}
 	f.restore("missing", topicID, f.next, 0, nil)
