@@ -481,15 +481,13 @@ func (bg *backgroundChecks) collect() error {
 				return err
 			}
 			rebuild = rebuild || r.err != nil
-			continue
 		default:
+			if rebuild {
+				return errRebuild
+			}
+			return nil
 		}
-		break
 	}
-	if rebuild {
-		return errRebuild
-	}
-	return nil
 }
 
 // done handles one check's result.
@@ -501,7 +499,6 @@ func (bg *backgroundChecks) done(r checkResult) error {
 		bg.m.cfg.Tail.Log.Info("the restored checkpoint passed its check", "partition", r.p)
 		return nil
 	}
-	bg.m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", r.p, "err", r.err)
 	return bg.m.dropCorrupt(r.p, r.err)
 }
 
@@ -560,7 +557,6 @@ func (m *Materializer) checked(ctx context.Context) error {
 		if err == nil {
 			continue
 		}
-		m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", p, "err", err)
 		if derr := m.dropCorrupt(p, err); derr != nil {
 			return derr
 		}
@@ -879,10 +875,11 @@ func (m *Materializer) drop(p int32, why error) error {
 	return m.dropOnly(p, why)
 }
 
-// dropCorrupt drops partition p, whose restored checkpoint failed its
-// check, for a restore that may use an older checkpoint: the
-// UncheckedCheckpoints never restore that one again.
+// dropCorrupt logs that partition p's restored checkpoint failed its
+// check, and drops the partition for a restore that may use an older
+// checkpoint: the UncheckedCheckpoints never restore that one again.
 func (m *Materializer) dropCorrupt(p int32, err error) error {
+	m.cfg.Tail.Log.Error("a restored checkpoint is corrupt: dropping the partition and restoring it again, from an older checkpoint or the changelog", "partition", p, "err", err)
 	return m.dropOnly(p, fmt.Errorf("%w: %w", ErrCorruptCheckpoint, err))
 }
 
