@@ -94,17 +94,12 @@ func (k *Bucket) restore(ctx context.Context, p int32, topicID string, after, up
 		}
 		if pending != nil {
 			check = func(ctx context.Context) error {
-				pending.start()
-				select {
-				case <-pending.done:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				if pending.err != nil {
+				err := pending.wait(ctx)
+				if err != nil && !errors.Is(err, ctx.Err()) {
 					k.state.markCorrupt(ref.key)
-					k.skip(p, ref.key, pending.err)
+					k.skip(p, ref.key, err)
 				}
-				return pending.err
+				return err
 			}
 		}
 		d := time.Since(start)
@@ -133,11 +128,17 @@ type pendingCheck struct {
 	err   error
 }
 
-// wait starts the check if it has not started, and waits for it.
-func (pc *pendingCheck) wait() error {
+// wait starts the check if it has not started, and waits for it or for
+// ctx's end (then ctx's error: the check reads local files without a
+// context, so its own error is never one).
+func (pc *pendingCheck) wait(ctx context.Context) error {
 	pc.start()
-	<-pc.done
-	return pc.err
+	select {
+	case <-pc.done:
+		return pc.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // checkLinked returns the check of the linked files against files, run
@@ -216,7 +217,7 @@ func (k *Bucket) restoreOne(ctx context.Context, p int32, topicID string, ref ma
 	}
 	if err != nil {
 		if pending != nil {
-			_ = pending.wait() // its files are closed; the ingest's error is the one to report
+			_ = pending.wait(context.Background()) // its files are closed; the ingest's error is the one to report
 		}
 		return 0, nil, err
 	}
@@ -311,7 +312,7 @@ func (k *Bucket) downloadAll(ctx context.Context, files []File, dir string, sync
 	}
 	if err != nil {
 		if linked != nil {
-			_ = linked.wait()
+			_ = linked.wait(context.Background())
 		}
 		return nil, nil, 0, err
 	}
