@@ -704,14 +704,7 @@ func (a *applier) checkStored(org, project string, e *entry) error {
 	}
 	// Chunks [pre, len-suf) are the ones the remembered body does not
 	// have at the same place from either end: around an edit.
-	pre := 0
-	for pre < len(known) && pre < len(e.chunks) && known[pre] == e.chunks[pre] {
-		pre++
-	}
-	suf := 0
-	for suf < len(known)-pre && suf < len(e.chunks)-pre && known[len(known)-1-suf] == e.chunks[len(e.chunks)-1-suf] {
-		suf++
-	}
+	pre, suf := chunkhash.SameEnds(known, e.chunks)
 	for _, c := range e.chunks[pre : len(e.chunks)-suf] {
 		found, err := a.hasChunk(org, project, c)
 		if err != nil {

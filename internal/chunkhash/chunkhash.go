@@ -59,11 +59,7 @@ func New[K comparable](chunks []K, prev *Checked[K]) (*Hasher[K], error) {
 	}
 	hs.keep = &Checked[K]{}
 	if prev != nil {
-		same := 0
-		for same < len(prev.Chunks) && same < len(chunks) && prev.Chunks[same] == chunks[same] {
-			same++
-		}
-		if n := min(same/Every, len(prev.states)); n > 0 {
+		if n := min(SamePrefix(prev.Chunks, chunks)/Every, len(prev.states)); n > 0 {
 			if err := resume(hs.h, prev.states[n-1]); err != nil {
 				return nil, err
 			}
@@ -149,6 +145,26 @@ func Sum(body, prev []byte, prevMarks *Marks) (sum [32]byte, marks *Marks, err e
 
 // Bytes is what the marks keep alive, about.
 func (m *Marks) Bytes() int { return len(m.states) * 128 }
+
+// SamePrefix is how many chunks lists a and b share from their start.
+func SamePrefix[K comparable](a, b []K) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// SameEnds is how many chunks lists a and b share from their start
+// (pre), and then from their end among the chunks after those (suf): of
+// b, the chunks [pre, len(b)-suf) are the ones around an edit of a.
+func SameEnds[K comparable](a, b []K) (pre, suf int) {
+	pre = SamePrefix(a, b)
+	for suf < len(a)-pre && suf < len(b)-pre && a[len(a)-1-suf] == b[len(b)-1-suf] {
+		suf++
+	}
+	return pre, suf
+}
 
 // CommonPrefix is the length of the longest common prefix of a and b, of
 // equal length.
