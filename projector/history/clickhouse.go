@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -168,6 +169,9 @@ type writer struct {
 	db   string
 	// blockBytes bounds a block's string bytes (0: maxBlockBytes).
 	blockBytes int
+	// unsorted sends the rows in the batch's order instead of the
+	// table's key order (the baseline of BenchmarkInsertSorted).
+	unsorted bool
 }
 
 // maxBlockBytes bounds the string bytes of one native block of an
@@ -186,6 +190,13 @@ func (w *writer) insert(ctx context.Context, t table, cols []any) error {
 	n := columnLen(cols[0])
 	if n == 0 {
 		return nil
+	}
+	if order := w.order(n, t.keyColumns(cols)); order != nil {
+		sorted := make([]any, len(cols))
+		for i, c := range cols {
+			sorted[i] = gather(c, order)
+		}
+		cols = sorted
 	}
 	batch, err := w.conn.PrepareBatch(ctx, "INSERT INTO "+w.db+"."+t.name+" ("+strings.Join(t.columns, ", ")+")")
 	if err != nil {
@@ -267,7 +278,12 @@ func (w *writer) insertBlobs(ctx context.Context, t table, r *blobRows) error {
 	limit := cmp.Or(w.blockBytes, maxBlockBytes)
 	var buf []byte
 	block := 0
-	for i := range r.org {
+	order := w.order(len(r.org), []any{r.org, r.project, r.hash}) // the key of bodies and chunks
+	for j := range r.org {
+		i := j
+		if order != nil {
+			i = order[j]
+		}
 		if block > 0 && block+int(r.size[i]) > limit {
 			if err := batch.Flush(); err != nil {
 				_ = batch.Abort()
@@ -289,6 +305,98 @@ func (w *writer) insertBlobs(ctx context.Context, t table, r *blobRows) error {
 		return fmt.Errorf("insert into %s.%s: %w", w.db, t.name, err)
 	}
 	return nil
+}
+
+// keyColumns are the columns of t's sorting key, in its order.
+func (t table) keyColumns(cols []any) []any {
+	key := make([]any, len(t.key))
+	for k, name := range t.key {
+		i := slices.Index(t.columns, name)
+		if i < 0 {
+			panic("history: key column " + name + " is not a column of " + t.name)
+		}
+		key[k] = cols[i]
+	}
+	return key
+}
+
+// keyOrder is the order of n rows by the key columns, stable (rows of
+// equal keys keep their order, as the server keeps them), or nil when the
+// rows are in it already. An insert whose rows come in the order of the
+// table's sorting key is written as it is: the server sorts only a block
+// that is not sorted (MergeTreeDataWriterBlocksAlreadySorted, in 18.16 as
+// in current releases), and sorting one means copying every column of
+// it, the bodies and args too. Strings compare as bytes, as ClickHouse
+// compares them.
+func keyOrder(n int, key []any) []int {
+	less := func(a, b int) int {
+		for _, c := range key {
+			var d int
+			switch s := c.(type) {
+			case []string:
+				d = strings.Compare(s[a], s[b])
+			case []uint64:
+				d = cmp.Compare(s[a], s[b])
+			case []uint32:
+				d = cmp.Compare(s[a], s[b])
+			default:
+				panic(fmt.Sprintf("history: key column of type %T", c))
+			}
+			if d != 0 {
+				return d
+			}
+		}
+		return 0
+	}
+	sorted := true
+	for r := 1; r < n && sorted; r++ {
+		sorted = less(r-1, r) <= 0
+	}
+	if sorted {
+		return nil
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, less)
+	return order
+}
+
+// order is keyOrder, or nil when w sends rows unsorted.
+func (w *writer) order(n int, key []any) []int {
+	if w.unsorted {
+		return nil
+	}
+	return keyOrder(n, key)
+}
+
+// gather is a column's rows in the given order.
+func gather(c any, order []int) any {
+	switch s := c.(type) {
+	case []string:
+		return gatherOf(s, order)
+	case []uint64:
+		return gatherOf(s, order)
+	case []uint32:
+		return gatherOf(s, order)
+	case []int64:
+		return gatherOf(s, order)
+	case []int32:
+		return gatherOf(s, order)
+	case []time.Time:
+		return gatherOf(s, order)
+	default:
+		panic(fmt.Sprintf("history: column of type %T", c))
+	}
+}
+
+func gatherOf[T any](s []T, order []int) []T {
+	out := make([]T, len(order))
+	for i, j := range order {
+		out[i] = s[j]
+	}
+	return out
 }
 
 func columnLen(c any) int {

@@ -159,30 +159,39 @@ func (r *scalarRows) columns() []any {
 }
 
 // table names a history table and the columns its INSERT lists, in the
-// order of the rows' columns().
+// order of the rows' columns(), and its sorting key (the ORDER BY of
+// migrations/0001_history_tables.sql and 0002_analysts.sql).
 type table struct {
 	name    string
 	columns []string
+	key     []string
 }
 
 var (
 	versionsTable = table{"versions", []string{"org", "project", "branch", "version", "parent", "base_branch",
 		"base_version", "ts", "ts_ms", "scalars", "state_hash", "items_changed", "mutations", "mutations_applied",
 		"mutations_error", "new_chunks", "new_bytes", "source_partition", "source_offset", "kafka_partition", "kafka_offset",
-		"decided_at", "decided_ms", "committed_at", "committed_ms", "bundle"}}
+		"decided_at", "decided_ms", "committed_at", "committed_ms", "bundle"},
+		[]string{"org", "project", "branch", "version"}}
 	mutationsTable = table{"mutations", []string{"org", "project", "branch", "version", "seq", "client_group",
 		"client", "mutation_id", "name", "args", "args_hash", "args_size", "status", "error", "principal",
 		"client_ts", "client_ts_ms", "received_at", "received_ms", "applied_at", "applied_ms",
 		"source_partition", "source_offset", "kafka_offset",
 		"error_code", "decided_at", "decided_ms", "committed_at", "committed_ms", "job_kind", "job_principal", "job_at", "job_ms",
-		"origin_project", "origin_branch", "origin_version", "origin_client", "origin_mutation_id", "bundle"}}
+		"origin_project", "origin_branch", "origin_version", "origin_client", "origin_mutation_id", "bundle"},
+		[]string{"org", "project", "branch", "version", "seq"}}
 	itemsTable = table{"item_changes", []string{"org", "project", "branch", "version", "collection", "item_id",
-		"op", "meta", "hash", "size", "chunks", "new_chunks", "new_bytes", "ts", "ts_ms", "kafka_offset"}}
+		"op", "meta", "hash", "size", "chunks", "new_chunks", "new_bytes", "ts", "ts_ms", "kafka_offset"},
+		[]string{"org", "project", "branch", "collection", "item_id", "version"}}
 	scalarsTable = table{"scalar_changes", []string{"org", "project", "branch", "version", "name", "op", "value",
-		"previous", "ts", "ts_ms", "kafka_offset"}}
-	bodiesTable   = table{"bodies", []string{"org", "project", "hash", "size", "body", "kafka_offset"}}
-	chunksTable   = table{"chunks", []string{"org", "project", "hash", "size", "data", "kafka_offset"}}
-	branchesTable = table{"branches", []string{"org", "project", "branch", "ancestor", "depth", "upto", "kafka_offset"}}
+		"previous", "ts", "ts_ms", "kafka_offset"},
+		[]string{"org", "project", "branch", "name", "version"}}
+	bodiesTable = table{"bodies", []string{"org", "project", "hash", "size", "body", "kafka_offset"},
+		[]string{"org", "project", "hash"}}
+	chunksTable = table{"chunks", []string{"org", "project", "hash", "size", "data", "kafka_offset"},
+		[]string{"org", "project", "hash"}}
+	branchesTable = table{"branches", []string{"org", "project", "branch", "ancestor", "depth", "upto", "kafka_offset"},
+		[]string{"org", "project", "branch", "ancestor"}}
 )
 
 // Scalar change operations.
