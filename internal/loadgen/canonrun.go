@@ -45,6 +45,10 @@ type CanonResult struct {
 	// ClickHouseCPU is the local ClickHouse server's CPU time over the
 	// same span (the mix workload); 0 when its process was not found.
 	ClickHouseCPU time.Duration
+	// ClickHouseEvents are the ClickHouse server's counters over the same
+	// span (system.events, clickHouseEvents): what it inserted, wrote and
+	// merged; nil without ClickHouse.
+	ClickHouseEvents map[string]uint64
 	// Transactions are the sequencer's committed transactions over the
 	// same span, TransactionTime their summed duration (its metrics).
 	Transactions    int
@@ -267,6 +271,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	}
 	b0 := cpuOf(r.brokerPID)
 	ch0 := cpuOf(r.chPID)
+	ev0 := r.clickHouseEvents(ctx)
 	tx0, err := r.canon.transactions(ctx)
 	if err != nil {
 		return res, err
@@ -490,6 +495,14 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	if r.chPID != 0 {
 		res.ClickHouseCPU = cpuOf(r.chPID) - ch0
 	}
+	if ev0 != nil {
+		if ev1 := r.clickHouseEvents(ctx); ev1 != nil {
+			res.ClickHouseEvents = map[string]uint64{}
+			for k, v := range ev1 {
+				res.ClickHouseEvents[k] = v - ev0[k]
+			}
+		}
+	}
 	res.Allocated = u1.allocated - u0.allocated
 	res.PeakRSS = max(peak, u1.rss)
 
@@ -577,6 +590,36 @@ func versionCounts(m map[string]map[uint64]time.Time) map[string]int {
 	out := make(map[string]int, len(m))
 	for p, vs := range m {
 		out[p] = len(vs)
+	}
+	return out
+}
+
+// clickHouseEvents are the system.events counters a run reports: the
+// server's whole work, Canon's projector being its only writer during
+// Canon's run. Nil without ClickHouse or when they cannot be read.
+var clickHouseEvents = []string{"InsertQuery", "InsertedRows", "InsertedBytes", "MergedRows",
+	"MergedUncompressedBytes", "MergeTreeDataWriterBlocks", "MergeTreeDataWriterBlocksAlreadySorted",
+	"MergeTreeDataWriterCompressedBytes", "SelectQuery"}
+
+func (r *run) clickHouseEvents(ctx context.Context) map[string]uint64 {
+	if r.ch == nil {
+		return nil
+	}
+	rows, err := r.ch.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ('"+strings.Join(clickHouseEvents, "', '")+"')")
+	if err != nil {
+		r.log.Warn("read ClickHouse's system.events", "err", err)
+		return nil
+	}
+	defer rows.Close()
+	out := map[string]uint64{}
+	for rows.Next() {
+		var name string
+		var v uint64
+		if err := rows.Scan(&name, &v); err != nil {
+			r.log.Warn("read ClickHouse's system.events", "err", err)
+			return nil
+		}
+		out[name] = v
 	}
 	return out
 }

@@ -124,6 +124,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if c.ClickHouseCPU > 0 {
 		fmt.Fprintf(&b, "| CPU per mutation (ms, the ClickHouse server during Canon's run) | %.2f |\n", per(float64(c.ClickHouseCPU)/float64(time.Millisecond)))
 	}
+	if e := c.ClickHouseEvents; e != nil {
+		fmt.Fprintf(&b, "| ClickHouse per mutation: rows and KB inserted; KB written (compressed); KB merged | %.1f, %.1f; %.1f; %.1f |\n",
+			per(float64(e["InsertedRows"])), per(float64(e["InsertedBytes"]))/1000, per(float64(e["MergeTreeDataWriterCompressedBytes"]))/1000,
+			per(float64(e["MergedUncompressedBytes"]))/1000)
+		fmt.Fprintf(&b, "| ClickHouse INSERTs; parts written (of them already sorted); SELECTs | %d; %d (%d); %d |\n",
+			e["InsertQuery"], e["MergeTreeDataWriterBlocks"], e["MergeTreeDataWriterBlocksAlreadySorted"], e["SelectQuery"])
+	}
 	if c.Transactions > 0 {
 		fmt.Fprintf(&b, "| sequencer transactions; mutations per transaction; mean transaction (ms) | %d; %.2f; %s |\n",
 			c.Transactions, float64(c.Mutations)/float64(c.Transactions), ms(c.TransactionTime/time.Duration(c.Transactions)))
@@ -157,6 +164,10 @@ type Summary struct {
 	// ClickHouseCPU is the local ClickHouse server's CPU per mutation in
 	// µs during Canon's run (0 when not measured); not in TotalCPU.
 	ClickHouseCPU float64
+	// ClickHouseInserted and ClickHouseMerged are the KB (1,000 bytes,
+	// uncompressed) the ClickHouse server inserted and merged per
+	// mutation during Canon's run (0 when not measured).
+	ClickHouseInserted, ClickHouseMerged float64
 	// Push → websocket p50 and p99 in ms, and the baseline's produce →
 	// consume p50.
 	P50, P99, RawP50 float64
@@ -179,6 +190,10 @@ func (r *Report) Summary() Summary {
 		CanonCPU: us(c.CPU, c.Mutations), BrokerCPU: us(c.BrokerCPU, c.Mutations), TotalCPU: us(c.CPU+c.BrokerCPU, c.Mutations),
 		RawBrokerCPU: us(raw.BrokerCPU, raw.Consumed), ClickHouseCPU: us(c.ClickHouseCPU, c.Mutations),
 		P50: msf(c.PushToWebsocket.P50), P99: msf(c.PushToWebsocket.P99), RawP50: msf(raw.Latency.P50),
+	}
+	if e := c.ClickHouseEvents; e != nil && c.Mutations > 0 {
+		s.ClickHouseInserted = float64(e["InsertedBytes"]) / 1000 / float64(c.Mutations)
+		s.ClickHouseMerged = float64(e["MergedUncompressedBytes"]) / 1000 / float64(c.Mutations)
 	}
 	if s.Raw > 0 {
 		s.Ratio = s.Throughput / s.Raw
