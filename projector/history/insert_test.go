@@ -410,8 +410,11 @@ func TestInsertSortedByKey(t *testing.T) {
 
 // BenchmarkInsertSorted inserts a projector batch (50 versions, 40
 // bodies of 100-500 KiB) in the batch's order and in each table's key
-// order, and reports the server's CPU per insert (its query threads'
-// user and system time, from system.events) beside the wall time.
+// order, and reports the server's CPU per insert (its threads' user and
+// system time, from system.events) beside the wall time. Merges are
+// stopped while it runs, so that the parts it piles up are not merged
+// into its figures; run it with -count 1 several times to interleave
+// the variants.
 func BenchmarkInsertSorted(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -421,6 +424,10 @@ func BenchmarkInsertSorted(b *testing.B) {
 		b.Run(map[bool]string{true: "unsorted", false: "sorted"}[unsorted], func(b *testing.B) {
 			w := benchWriter(ctx, b, ch, maxBlockBytes)
 			w.unsorted = unsorted
+			if err := w.conn.Exec(ctx, "SYSTEM STOP MERGES"); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = w.conn.Exec(context.Background(), "SYSTEM START MERGES") })
 			const user, sys = "UserTimeMicroseconds", "SystemTimeMicroseconds"
 			b.ReportAllocs()
 			e0 := serverEvents(b, ctx, w, user, sys)
