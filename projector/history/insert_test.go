@@ -326,6 +326,12 @@ func TestKeyOrder(t *testing.T) {
 	if order := keyOrder(3, []any{[]string{"a\x00", "a", "Z"}}); fmt.Sprint(order) != "[2 1 0]" {
 		t.Fatalf("byte order %v", order)
 	}
+	// insertBlobs orders the rows of bodies and chunks by these three.
+	for _, tb := range []table{bodiesTable, chunksTable} {
+		if fmt.Sprint(tb.key) != "[org project hash]" {
+			t.Errorf("%s: key %v, insertBlobs sorts by org, project, hash", tb.name, tb.key)
+		}
+	}
 	for _, tb := range []table{versionsTable, mutationsTable, itemsTable, scalarsTable, bodiesTable, chunksTable, branchesTable} {
 		for _, k := range tb.key {
 			if !slices.Contains(tb.columns, k) {
