@@ -79,9 +79,13 @@ var clientOptions = map[string]func(string) (kgo.Opt, error){
 	"retry.timeout.ms":                   durationOpt(func(d time.Duration) kgo.Opt { return kgo.RetryTimeout(d) }),
 }
 
+// DefaultCompression is the producer codec of Canon's clients (franz-go's
+// own default is snappy).
+var DefaultCompression = kgo.Lz4Compression()
+
 // CompressionCodec returns the producer batch codec named as Kafka's
-// compression.type names it: none, gzip, snappy, lz4 or zstd. franz-go's
-// default, and so Canon's, is snappy.
+// compression.type names it: none, gzip, snappy, lz4 or zstd. Canon's
+// clients use DefaultCompression unless told otherwise.
 func CompressionCodec(name string) (kgo.CompressionCodec, error) {
 	switch name {
 	case "none":

@@ -228,13 +228,14 @@ func TestConfigErrorsSayWhatToFix(t *testing.T) {
 }
 
 // The baseline compresses with the codec canon serve's args give its
-// clients, snappy without one.
+// clients, Canon's default without one.
 func TestCompressionOf(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{nil, "snappy"},
+		{nil, "lz4"},
+		{[]string{"--kafka-option", "compression.type=snappy"}, "snappy"},
 		{[]string{"--kafka-option", "compression.type=zstd"}, "zstd"},
 		{[]string{"--kafka-option=compression.type=lz4", "--producer-rounds=false"}, "lz4"},
 		{[]string{"--kafka-option", "compression.type=none", "--kafka-option", "client.rack=a"}, "none"},

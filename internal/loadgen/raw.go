@@ -20,7 +20,7 @@ import (
 // RawResult is what the raw Kafka baseline measured: the same mutation
 // records, produced by one goroutine per client in the same batches
 // (ProduceSync, acks=all, idempotent, linger 1ms, keyed by project like
-// Canon's producer, compressed with Canon's codec: snappy, or what
+// Canon's producer, compressed with Canon's codec: lz4, or what
 // `--kafka-option compression.type=…` in the run's CanonArgs names) and
 // consumed back by one consumer.
 type RawResult struct {
@@ -211,10 +211,10 @@ func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) 
 }
 
 // compressionOf returns the producer codec that canon serve's args set
-// with --kafka-option compression.type=…, the last one winning, or
-// snappy, the default of Canon's clients and of franz-go.
+// with --kafka-option compression.type=…, the last one winning, or the
+// default of Canon's clients.
 func compressionOf(args []string) (kgo.CompressionCodec, error) {
-	name := "snappy"
+	name := ""
 	for i, a := range args {
 		var opt string
 		switch {
@@ -226,6 +226,9 @@ func compressionOf(args []string) (kgo.CompressionCodec, error) {
 		if v, ok := strings.CutPrefix(opt, "compression.type="); ok {
 			name = v
 		}
+	}
+	if name == "" {
+		return kafka.DefaultCompression, nil
 	}
 	return kafka.CompressionCodec(name)
 }
