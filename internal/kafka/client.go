@@ -71,10 +71,9 @@ func (c ClientConfig) Opts() ([]kgo.Opt, error) {
 			return nil, fmt.Errorf("broker %q is not host:port", b)
 		}
 	}
-	// lz4 rather than franz-go's default snappy: in `make bench`'s mix the
-	// broker spent less CPU per mutation with it (docs/performance.md);
-	// --kafka-option compression.type (in Extra, after it) overrides it.
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ProducerBatchCompression(DefaultCompression)}
+	// --kafka-option compression.type (in Extra, after it) overrides the
+	// codec.
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ProducerBatchCompression(DefaultCompression, kgo.NoCompression())}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
 	}

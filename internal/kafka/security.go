@@ -79,9 +79,11 @@ var clientOptions = map[string]func(string) (kgo.Opt, error){
 	"retry.timeout.ms":                   durationOpt(func(d time.Duration) kgo.Opt { return kgo.RetryTimeout(d) }),
 }
 
-// DefaultCompression is the producer codec of Canon's clients (franz-go's
-// own default is snappy).
-var DefaultCompression = kgo.Lz4Compression()
+// DefaultCompression is the producer codec of Canon's clients: snappy,
+// franz-go's default. lz4, zstd and none were measured against it in
+// `make bench`'s mix and the edits workload and kept no advantage in both
+// (docs/performance.md).
+var DefaultCompression = kgo.SnappyCompression()
 
 // CompressionCodec returns the producer batch codec named as Kafka's
 // compression.type names it: none, gzip, snappy, lz4 or zstd. Canon's

@@ -234,7 +234,7 @@ func TestCompressionOf(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "lz4"},
+		{nil, "snappy"},
 		{[]string{"--kafka-option", "compression.type=snappy"}, "snappy"},
 		{[]string{"--kafka-option", "compression.type=zstd"}, "zstd"},
 		{[]string{"--kafka-option=compression.type=lz4", "--producer-rounds=false"}, "lz4"},

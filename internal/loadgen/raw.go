@@ -20,7 +20,7 @@ import (
 // RawResult is what the raw Kafka baseline measured: the same mutation
 // records, produced by one goroutine per client in the same batches
 // (ProduceSync, acks=all, idempotent, linger 1ms, keyed by project like
-// Canon's producer, compressed with Canon's codec: lz4, or what
+// Canon's producer, compressed with Canon's codec: snappy, or what
 // `--kafka-option compression.type=…` in the run's CanonArgs names) and
 // consumed back by one consumer.
 type RawResult struct {
