@@ -214,19 +214,19 @@ func (p *canonProc) transactions(ctx context.Context) (txns, error) {
 // requests are canon's Kafka requests so far (canon_kafka_requests_total)
 // by "client request"; empty for a build without the metric.
 func (p *canonProc) requests(ctx context.Context) (map[string]float64, error) {
-	return p.labelled(ctx, "canon_kafka_requests_total", "client", "request")
+	return p.labeled(ctx, "canon_kafka_requests_total", "client", "request")
 }
 
 // requestBytes are the bytes of canon's Kafka requests and responses so
 // far (canon_kafka_request_bytes_total) by "client request direction";
 // empty for a build without the metric.
 func (p *canonProc) requestBytes(ctx context.Context) (map[string]float64, error) {
-	return p.labelled(ctx, "canon_kafka_request_bytes_total", "client", "request", "direction")
+	return p.labeled(ctx, "canon_kafka_request_bytes_total", "client", "request", "direction")
 }
 
-// labelled reads a counter with labels from canon's /metrics, summed by
+// labeled reads a counter with labels from canon's /metrics, summed by
 // the values of the labels named (joined by spaces, in that order).
-func (p *canonProc) labelled(ctx context.Context, metric string, names ...string) (map[string]float64, error) {
+func (p *canonProc) labeled(ctx context.Context, metric string, names ...string) (map[string]float64, error) {
 	name := metric + "{"
 	out := map[string]float64{}
 	err := p.scrape(ctx, func(line string) bool {
