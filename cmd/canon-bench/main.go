@@ -242,8 +242,12 @@ func writeSummary(b *strings.Builder, cfg loadgen.Config, variants []variant, su
 			if s.ClickHouseInserted > 0 {
 				ch += fmt.Sprintf(", ClickHouse KB inserted %.1f, merged %.1f per mutation", s.ClickHouseInserted, s.ClickHouseMerged)
 			}
-			fmt.Fprintf(b, "- run %d %s: %.0f mutations/s (raw %.0f, %.2f×), CPU %.0f + %.0f µs%s, p50 %.2f ms, p99 %.2f ms, %.2f mutations per transaction\n",
-				k+1, v.label(), s.Throughput, s.Raw, s.Ratio, s.CanonCPU, s.BrokerCPU, ch, s.P50, s.P99, s.PerTransaction)
+			kb := ""
+			if s.BrokerIn+s.BrokerOut > 0 {
+				kb = fmt.Sprintf(", broker KB in / out %.2f / %.2f per mutation (raw %.2f / %.2f per record)", s.BrokerIn, s.BrokerOut, s.RawIn, s.RawOut)
+			}
+			fmt.Fprintf(b, "- run %d %s: %.0f mutations/s (raw %.0f, %.2f×), CPU %.0f + %.0f µs%s, p50 %.2f ms, p99 %.2f ms, %.2f mutations per transaction%s\n",
+				k+1, v.label(), s.Throughput, s.Raw, s.Ratio, s.CanonCPU, s.BrokerCPU, ch, s.P50, s.P99, s.PerTransaction, kb)
 		}
 	}
 }

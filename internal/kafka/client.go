@@ -71,7 +71,9 @@ func (c ClientConfig) Opts() ([]kgo.Opt, error) {
 			return nil, fmt.Errorf("broker %q is not host:port", b)
 		}
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	// --kafka-option compression.type (in Extra, after it) overrides the
+	// codec.
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ProducerBatchCompression(DefaultCompression, kgo.NoCompression())}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
 	}

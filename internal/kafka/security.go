@@ -64,12 +64,44 @@ type SecurityConfig struct {
 // clientOptions are the client options SecurityConfig.Options accepts, by
 // their Java client names where there is one.
 var clientOptions = map[string]func(string) (kgo.Opt, error){
-	"client.rack":                        func(v string) (kgo.Opt, error) { return kgo.Rack(v), nil },
+	"client.rack": func(v string) (kgo.Opt, error) { return kgo.Rack(v), nil },
+	"compression.type": func(v string) (kgo.Opt, error) {
+		c, err := CompressionCodec(v)
+		if err != nil {
+			return nil, err
+		}
+		return kgo.ProducerBatchCompression(c), nil
+	},
 	"connections.max.idle.ms":            durationOpt(func(d time.Duration) kgo.Opt { return kgo.ConnIdleTimeout(d) }),
 	"metadata.max.age.ms":                durationOpt(func(d time.Duration) kgo.Opt { return kgo.MetadataMaxAge(d) }),
 	"socket.connection.setup.timeout.ms": durationOpt(func(d time.Duration) kgo.Opt { return kgo.DialTimeout(d) }),
 	"request.timeout.overhead.ms":        durationOpt(func(d time.Duration) kgo.Opt { return kgo.RequestTimeoutOverhead(d) }),
 	"retry.timeout.ms":                   durationOpt(func(d time.Duration) kgo.Opt { return kgo.RetryTimeout(d) }),
+}
+
+// DefaultCompression is the producer codec of Canon's clients: snappy,
+// franz-go's default. lz4, zstd and none were measured against it in
+// `make bench`'s mix and the edits workload and kept no advantage in both
+// (docs/performance.md).
+var DefaultCompression = kgo.SnappyCompression()
+
+// CompressionCodec returns the producer batch codec named as Kafka's
+// compression.type names it: none, gzip, snappy, lz4 or zstd. Canon's
+// clients use DefaultCompression unless told otherwise.
+func CompressionCodec(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("%q is no compression type: use none, gzip, snappy, lz4 or zstd", name)
 }
 
 func durationOpt(f func(time.Duration) kgo.Opt) func(string) (kgo.Opt, error) {

@@ -37,6 +37,7 @@ func TestSecurityConfigErrors(t *testing.T) {
 		{"unknown option", SecurityConfig{Options: []string{"linger.ms=5"}}, "NAME one of client.rack"},
 		{"option without a value", SecurityConfig{Options: []string{"client.rack"}}, "use NAME=VALUE"},
 		{"bad duration", SecurityConfig{Options: []string{"retry.timeout.ms=5s"}}, "not a count of milliseconds"},
+		{"unknown codec", SecurityConfig{Options: []string{"compression.type=brotli"}}, `"brotli" is no compression type: use none, gzip, snappy, lz4 or zstd`},
 	} {
 		var c ClientConfig
 		err := tc.sc.Apply(&c)
@@ -46,11 +47,11 @@ func TestSecurityConfigErrors(t *testing.T) {
 	}
 
 	var c ClientConfig
-	ok := SecurityConfig{SASLMechanism: "scram-sha-512", SASLUser: "u", SASLPasswordFile: pw, Options: []string{"client.rack=az1", "retry.timeout.ms=2000"}}
+	ok := SecurityConfig{SASLMechanism: "scram-sha-512", SASLUser: "u", SASLPasswordFile: pw, Options: []string{"client.rack=az1", "retry.timeout.ms=2000", "compression.type=zstd"}}
 	if err := ok.Apply(&c); err != nil {
 		t.Fatal(err)
 	}
-	if c.SASL == nil || c.SASL.Name() != MechanismScram512 || len(c.Extra) != 2 || c.TLS != nil {
+	if c.SASL == nil || c.SASL.Name() != MechanismScram512 || len(c.Extra) != 3 || c.TLS != nil {
 		t.Fatalf("applied: SASL %v, %d extra options, TLS %v", c.SASL, len(c.Extra), c.TLS)
 	}
 }

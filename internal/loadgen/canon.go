@@ -214,7 +214,20 @@ func (p *canonProc) transactions(ctx context.Context) (txns, error) {
 // requests are canon's Kafka requests so far (canon_kafka_requests_total)
 // by "client request"; empty for a build without the metric.
 func (p *canonProc) requests(ctx context.Context) (map[string]float64, error) {
-	const name = "canon_kafka_requests_total{"
+	return p.labeled(ctx, "canon_kafka_requests_total", "client", "request")
+}
+
+// requestBytes are the bytes of canon's Kafka requests and responses so
+// far (canon_kafka_request_bytes_total) by "client request direction";
+// empty for a build without the metric.
+func (p *canonProc) requestBytes(ctx context.Context) (map[string]float64, error) {
+	return p.labeled(ctx, "canon_kafka_request_bytes_total", "client", "request", "direction")
+}
+
+// labeled reads a counter with labels from canon's /metrics, summed by
+// the values of the labels named (joined by spaces, in that order).
+func (p *canonProc) labeled(ctx context.Context, metric string, names ...string) (map[string]float64, error) {
+	name := metric + "{"
 	out := map[string]float64{}
 	err := p.scrape(ctx, func(line string) bool {
 		rest, ok := strings.CutPrefix(line, name)
@@ -225,19 +238,17 @@ func (p *canonProc) requests(ctx context.Context) (map[string]float64, error) {
 		if !ok {
 			return true
 		}
-		var client, request string
+		got := map[string]string{}
 		for _, kv := range strings.Split(labels, ",") {
 			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			switch k {
-			case "client":
-				client = v
-			case "request":
-				request = v
-			}
+			got[k] = strings.Trim(v, `"`)
+		}
+		key := make([]string, len(names))
+		for i, n := range names {
+			key[i] = got[n]
 		}
 		if f, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
-			out[client+" "+request] += f
+			out[strings.Join(key, " ")] += f
 		}
 		return true
 	})

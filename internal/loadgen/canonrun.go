@@ -57,6 +57,11 @@ type CanonResult struct {
 	// request" (canon_kafka_requests_total); empty for a build without
 	// that metric.
 	Requests map[string]float64
+	// RequestBytes are the bytes of those requests and of their responses
+	// over the same span, by "client request direction" (direction write
+	// or read; canon_kafka_request_bytes_total); empty for a build without
+	// that metric.
+	RequestBytes map[string]float64
 
 	// samples are push → websocket latencies over time, for the plot.
 	samples []sample
@@ -280,6 +285,10 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	if err != nil {
 		return res, err
 	}
+	rb0, err := r.canon.requestBytes(ctx)
+	if err != nil {
+		return res, err
+	}
 	peak := u0.rss
 	var peakMu sync.Mutex
 	sampleRSS := func() {
@@ -478,12 +487,12 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Requests = map[string]float64{}
-	for k, n := range rq1 {
-		if d := n - rq0[k]; d > 0 {
-			res.Requests[k] = d
-		}
+	res.Requests = delta(rq0, rq1)
+	rb1, err := r.canon.requestBytes(ctx)
+	if err != nil {
+		return res, err
 	}
+	res.RequestBytes = delta(rb0, rb1)
 	// The whole exposition, for what the report does not show (the
 	// sequencer's phases, the Kafka round trips).
 	if err := r.canon.saveMetrics(ctx, filepath.Join(r.dir, "metrics.txt")); err != nil {
@@ -622,4 +631,15 @@ func (r *run) clickHouseEvents(ctx context.Context) map[string]uint64 {
 		out[name] = v
 	}
 	return out
+}
+
+// delta returns the counters of after that grew since before, by how much.
+func delta(before, after map[string]float64) map[string]float64 {
+	d := map[string]float64{}
+	for k, n := range after {
+		if x := n - before[k]; x > 0 {
+			d[k] = x
+		}
+	}
+	return d
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canon-sync/canon/internal/chserver"
+	"github.com/canon-sync/canon/internal/kafka"
 	"github.com/canon-sync/canon/internal/testenv"
 )
 
@@ -94,6 +95,23 @@ func TestRunSmall(t *testing.T) {
 		if c.ClickHouseCPU <= 0 || !strings.Contains(md.String(), "| CPU per mutation (ms, the ClickHouse server during Canon's run) |") {
 			t.Errorf("ClickHouse's CPU time: %s, and the report's row:\n%s", c.ClickHouseCPU, md.String())
 		}
+	}
+	// The bytes through the broker: the sequencer produces versions and
+	// fetches mutations, the baseline produces and fetches its records.
+	if w := c.RequestBytes["canon-sequencer Produce write"]; w <= 0 {
+		t.Errorf("the sequencer's produce requests: %.0f bytes in %v", w, c.RequestBytes)
+	}
+	if r := c.RequestBytes["canon-sequencer Fetch read"]; r <= 0 {
+		t.Errorf("the sequencer's fetch responses: %.0f bytes in %v", r, c.RequestBytes)
+	}
+	if w, r := rep.Raw.RequestBytes["raw-producer Produce write"], rep.Raw.RequestBytes["raw-consumer Fetch read"]; w <= 0 || r <= 0 {
+		t.Errorf("the baseline's produce requests %.0f bytes, fetch responses %.0f in %v", w, r, rep.Raw.RequestBytes)
+	}
+	if s := rep.Summary(); s.BrokerIn <= 0 || s.BrokerOut <= 0 || s.RawIn <= 0 || s.RawOut <= 0 {
+		t.Errorf("summary's broker KB per mutation: %+v", s)
+	}
+	if !strings.Contains(md.String(), "| Kafka KB per mutation sent to / received from the brokers, by canon's client and request | ") {
+		t.Errorf("no row of Kafka bytes in the report:\n%s", md.String())
 	}
 	pngPath := filepath.Join(dir, "latency.png")
 	if err := rep.SavePlot(pngPath); err != nil {
@@ -206,5 +224,32 @@ func TestConfigErrorsSayWhatToFix(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %q", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// The baseline compresses with the codec canon serve's args give its
+// clients, Canon's default without one.
+func TestCompressionOf(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "snappy"},
+		{[]string{"--kafka-option", "compression.type=snappy"}, "snappy"},
+		{[]string{"--kafka-option", "compression.type=zstd"}, "zstd"},
+		{[]string{"--kafka-option=compression.type=lz4", "--producer-rounds=false"}, "lz4"},
+		{[]string{"--kafka-option", "compression.type=none", "--kafka-option", "client.rack=a"}, "none"},
+	} {
+		got, err := compressionOf(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := kafka.CompressionCodec(tc.want)
+		if got != want {
+			t.Errorf("%q: codec %v, want %s", tc.args, got, tc.want)
+		}
+	}
+	if _, err := compressionOf([]string{"--kafka-option", "compression.type=brotli"}); err == nil {
+		t.Error("compression.type=brotli was accepted")
 	}
 }

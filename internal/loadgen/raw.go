@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 // RawResult is what the raw Kafka baseline measured: the same mutation
 // records, produced by one goroutine per client in the same batches
 // (ProduceSync, acks=all, idempotent, linger 1ms, keyed by project like
-// Canon's producer) and consumed back by one consumer.
+// Canon's producer, compressed with Canon's codec: snappy, or what
+// `--kafka-option compression.type=…` in the run's CanonArgs names) and
+// consumed back by one consumer.
 type RawResult struct {
 	Records, Consumed int
 	Bytes             int64
@@ -30,6 +33,10 @@ type RawResult struct {
 	// BrokerCPU is the local broker's CPU time from the first produce to
 	// the last record consumed; 0 when its process was not found.
 	BrokerCPU time.Duration
+	// RequestBytes are the bytes of the baseline's requests and responses
+	// over the same span, by "client request direction", the clients
+	// being raw-producer and raw-consumer (as Canon's RequestBytes).
+	RequestBytes map[string]float64
 
 	samples []sample
 }
@@ -60,14 +67,19 @@ func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) 
 	if err != nil {
 		return res, fmt.Errorf("create %s: %w", topic, err)
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(topic),
+	codec, err := compressionOf(cfg.CanonArgs)
+	if err != nil {
+		return res, err
+	}
+	counts := kafka.NewRequestCounts()
+	prod, err := kgo.NewClient(kgo.ProducerBatchCompression(codec), kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(topic), kgo.WithHooks(counts.Hook("raw-producer")),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(time.Millisecond),
 		kgo.ProducerBatchMaxBytes(kafka.DefaultMaxMessageBytes), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 	if err != nil {
 		return res, err
 	}
 	defer prod.Close()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumeTopics(topic),
+	cons, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumeTopics(topic), kgo.WithHooks(counts.Hook("raw-consumer")),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(8<<20), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
 		return res, err
@@ -90,6 +102,7 @@ func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) 
 	}
 
 	b0 := cpuOf(r.brokerPID)
+	bytes0 := counts.ByteCounts()
 	start := time.Now()
 	var (
 		last    time.Time
@@ -189,9 +202,33 @@ func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) 
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}
+	res.RequestBytes = delta(bytes0, counts.ByteCounts())
 	res.Consumed = len(samples)
 	res.Elapsed = last.Sub(start)
 	res.samples = samples
 	res.Latency = latencies(samples)
 	return res, nil
+}
+
+// compressionOf returns the producer codec that canon serve's args set
+// with --kafka-option compression.type=…, the last one winning, or the
+// default of Canon's clients.
+func compressionOf(args []string) (kgo.CompressionCodec, error) {
+	name := ""
+	for i, a := range args {
+		var opt string
+		switch {
+		case a == "--kafka-option" && i+1 < len(args):
+			opt = args[i+1]
+		case strings.HasPrefix(a, "--kafka-option="):
+			opt = strings.TrimPrefix(a, "--kafka-option=")
+		}
+		if v, ok := strings.CutPrefix(opt, "compression.type="); ok {
+			name = v
+		}
+	}
+	if name == "" {
+		return kafka.DefaultCompression, nil
+	}
+	return kafka.CompressionCodec(name)
 }

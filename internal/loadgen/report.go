@@ -138,6 +138,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if len(c.Requests) > 0 {
 		fmt.Fprintf(&b, "| Kafka requests per mutation, by canon's client | %s |\n", requestsPer(c.Requests, c.Mutations))
 	}
+	if len(c.RequestBytes) > 0 {
+		fmt.Fprintf(&b, "| Kafka KB per mutation sent to / received from the brokers, by canon's client and request | %s |\n", bytesPer(c.RequestBytes, c.Mutations))
+	}
+	if len(raw.RequestBytes) > 0 {
+		fmt.Fprintf(&b, "| Kafka KB per record sent to / received from the brokers, the raw baseline's clients | %s |\n", bytesPer(raw.RequestBytes, raw.Consumed))
+	}
 	fmt.Fprintf(&b, "| Go heap allocated per mutation (KiB) | %.1f |\n", per(c.Allocated)/1024)
 	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f |\n", float64(c.PeakRSS)/(1<<20))
 	fmt.Fprintf(&b, "| args per mutation (bytes, mean) | %.0f |\n", per(float64(c.ArgsBytes)))
@@ -173,6 +179,10 @@ type Summary struct {
 	P50, P99, RawP50 float64
 	// PerTransaction is the mutations per sequencer transaction.
 	PerTransaction float64
+	// BrokerIn and BrokerOut are the KB per mutation that canon's clients
+	// sent to the brokers and received from them; RawIn and RawOut the
+	// baseline's per record (0 when not measured).
+	BrokerIn, BrokerOut, RawIn, RawOut float64
 }
 
 // Summary returns the run's figures.
@@ -201,7 +211,77 @@ func (r *Report) Summary() Summary {
 	if c.Transactions > 0 {
 		s.PerTransaction = float64(c.Mutations) / float64(c.Transactions)
 	}
+	kb := func(bytes map[string]float64, n int) (in, out float64) {
+		if n == 0 {
+			return 0, 0
+		}
+		w, r := byDirection(bytes)
+		return w / 1000 / float64(n), r / 1000 / float64(n)
+	}
+	s.BrokerIn, s.BrokerOut = kb(c.RequestBytes, c.Mutations)
+	s.RawIn, s.RawOut = kb(raw.RequestBytes, raw.Consumed)
 	return s
+}
+
+// byDirection sums bytes by "client request direction" into those
+// written to the brokers and those read from them.
+func byDirection(bytes map[string]float64) (written, read float64) {
+	for k, v := range bytes {
+		switch {
+		case strings.HasSuffix(k, " write"):
+			written += v
+		case strings.HasSuffix(k, " read"):
+			read += v
+		}
+	}
+	return written, read
+}
+
+// bytesPer lists the KB per mutation written / read by client and
+// request kind, the largest first, those under 0.01 KB both ways left
+// out, with the totals.
+func bytesPer(bytes map[string]float64, n int) string {
+	if n == 0 {
+		return ""
+	}
+	type wr struct{ w, r float64 }
+	by := map[string]*wr{}
+	for k, v := range bytes {
+		name, dir := k, ""
+		if i := strings.LastIndexByte(k, ' '); i >= 0 {
+			name, dir = k[:i], k[i+1:]
+		}
+		e := by[name]
+		if e == nil {
+			e = &wr{}
+			by[name] = e
+		}
+		v = v / 1000 / float64(n)
+		if dir == "write" {
+			e.w += v
+		} else {
+			e.r += v
+		}
+	}
+	names := make([]string, 0, len(by))
+	for name, e := range by {
+		if e.w >= 0.01 || e.r >= 0.01 {
+			names = append(names, name)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if x, y := by[a].w+by[a].r, by[b].w+by[b].r; x != y {
+			return cmp.Compare(y, x)
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, len(names)+1)
+	for _, name := range names {
+		parts = append(parts, fmt.Sprintf("%s %.2f / %.2f", name, by[name].w, by[name].r))
+	}
+	w, r := byDirection(bytes)
+	parts = append(parts, fmt.Sprintf("total %.2f / %.2f", w/1000/float64(n), r/1000/float64(n)))
+	return strings.Join(parts, "; ")
 }
 
 // percentileSeries returns the p50 and p99 of each window of time: a
