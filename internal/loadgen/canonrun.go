@@ -506,10 +506,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	}
 	if ev0 != nil {
 		if ev1 := r.clickHouseEvents(ctx); ev1 != nil {
-			res.ClickHouseEvents = map[string]uint64{}
-			for k, v := range ev1 {
-				res.ClickHouseEvents[k] = v - ev0[k]
-			}
+			res.ClickHouseEvents = delta(ev0, ev1)
 		}
 	}
 	res.Allocated = u1.allocated - u0.allocated
@@ -634,11 +631,11 @@ func (r *run) clickHouseEvents(ctx context.Context) map[string]uint64 {
 }
 
 // delta returns the counters of after that grew since before, by how much.
-func delta(before, after map[string]float64) map[string]float64 {
-	d := map[string]float64{}
+func delta[N uint64 | float64](before, after map[string]N) map[string]N {
+	d := map[string]N{}
 	for k, n := range after {
-		if x := n - before[k]; x > 0 {
-			d[k] = x
+		if b := before[k]; n > b {
+			d[k] = n - b
 		}
 	}
 	return d
