@@ -309,6 +309,33 @@ func Ping(ctx context.Context, addr string) error {
 	return conn.Ping(ctx)
 }
 
+// Events reads the named counters of the server's system.events (those
+// it has counted so far; a counter still at zero is absent).
+func Events(ctx context.Context, conn clickhouse.Conn, names ...string) (map[string]uint64, error) {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "'" + strings.ReplaceAll(n, "'", "") + "'"
+	}
+	rows, err := conn.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ("+strings.Join(quoted, ", ")+")")
+	if err != nil {
+		return nil, fmt.Errorf("read system.events: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]uint64{}
+	for rows.Next() {
+		var name string
+		var v uint64
+		if err := rows.Scan(&name, &v); err != nil {
+			return nil, fmt.Errorf("read system.events: %w", err)
+		}
+		out[name] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read system.events: %w", err)
+	}
+	return out, nil
+}
+
 // ports returns the requested ports, replacing 0 by free ones.
 func ports(want ...int) ([]int, error) {
 	var ls []net.Listener

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/canon-sync/canon/client"
+	"github.com/canon-sync/canon/internal/chserver"
 )
 
 // CanonResult is what the Canon phase measured.
@@ -611,23 +612,12 @@ func (r *run) clickHouseEvents(ctx context.Context) map[string]uint64 {
 	if r.ch == nil {
 		return nil
 	}
-	rows, err := r.ch.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ('"+strings.Join(clickHouseEvents, "', '")+"')")
+	ev, err := chserver.Events(ctx, r.ch, clickHouseEvents...)
 	if err != nil {
-		r.log.Warn("read ClickHouse's system.events", "err", err)
+		r.log.Warn("read ClickHouse's counters", "err", err)
 		return nil
 	}
-	defer rows.Close()
-	out := map[string]uint64{}
-	for rows.Next() {
-		var name string
-		var v uint64
-		if err := rows.Scan(&name, &v); err != nil {
-			r.log.Warn("read ClickHouse's system.events", "err", err)
-			return nil
-		}
-		out[name] = v
-	}
-	return out
+	return ev
 }
 
 // delta returns the counters of after that grew since before, by how much.

@@ -96,6 +96,10 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("ClickHouse's CPU time: %s, and the report's row:\n%s", c.ClickHouseCPU, md.String())
 		}
 	}
+	// The server's own counters cover the projector's inserts of the run.
+	if e := c.ClickHouseEvents; e["InsertQuery"] == 0 || e["InsertedRows"] < uint64(total) || e["InsertedBytes"] == 0 {
+		t.Errorf("ClickHouse's counters over Canon's run: %v; want INSERTs of at least %d rows", e, total)
+	}
 	// The bytes through the broker: the sequencer produces versions and
 	// fetches mutations, the baseline produces and fetches its records.
 	if w := c.RequestBytes["canon-sequencer Produce write"]; w <= 0 {

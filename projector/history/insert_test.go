@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canon-sync/canon/internal/chserver"
 	"github.com/canon-sync/canon/internal/testenv"
 	"github.com/canon-sync/canon/model"
 	"github.com/canon-sync/canon/schemas"
@@ -344,21 +345,11 @@ func TestKeyOrder(t *testing.T) {
 // serverEvents reads counters of system.events.
 func serverEvents(t testing.TB, ctx context.Context, w *writer, names ...string) map[string]uint64 {
 	t.Helper()
-	rs, err := w.conn.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ('"+strings.Join(names, "', '")+"')")
+	ev, err := chserver.Events(ctx, w.conn, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rs.Close()
-	out := map[string]uint64{}
-	for rs.Next() {
-		var n string
-		var v uint64
-		if err := rs.Scan(&n, &v); err != nil {
-			t.Fatal(err)
-		}
-		out[n] = v
-	}
-	return out
+	return ev
 }
 
 // A batch is sent in the order of each table's key, so that the server
