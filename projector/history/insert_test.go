@@ -113,16 +113,7 @@ func TestInsertInBlocks(t *testing.T) {
 	b := mixRows(12)
 	var ws []*writer
 	for _, limit := range []int{math.MaxInt, 4096} {
-		db := ch.Database(t)
-		conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		if _, err := Migrate(ctx, conn, db); err != nil {
-			t.Fatal(err)
-		}
-		w := &writer{conn: conn, db: db, blockBytes: limit}
+		w := migratedWriter(ctx, t, ch, limit)
 		if err := w.insertAll(ctx, b); err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +167,7 @@ func BenchmarkInsertBodies(b *testing.B) {
 		limit int
 	}{{"oneblock", math.MaxInt}, {"blocks", maxBlockBytes}} {
 		b.Run(c.name, func(b *testing.B) {
-			w := benchWriter(ctx, b, ch, c.limit)
+			w := migratedWriter(ctx, b, ch, c.limit)
 			n := uint64(0)
 			for _, s := range batch.bodies.size {
 				n += s
@@ -210,7 +201,7 @@ func BenchmarkInsertBatch(b *testing.B) {
 	}{{"oneblock-idle5", math.MaxInt, 5}, {"blocks-idle5", maxBlockBytes, 5}, {"blocks-idle8", maxBlockBytes, maxConns}} {
 		b.Run(c.name, func(b *testing.B) {
 			idleConns = c.idle
-			w := benchWriter(ctx, b, ch, c.limit)
+			w := migratedWriter(ctx, b, ch, c.limit)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -288,18 +279,19 @@ func BenchmarkBlob(b *testing.B) {
 	}
 }
 
-// benchWriter opens a writer on a new, migrated database of ch that
+// migratedWriter opens a writer on a new, migrated database of ch that
 // inserts in blocks of at most limit bytes of strings; the connection
-// closes with b.
-func benchWriter(ctx context.Context, b *testing.B, ch *testenv.ClickHouse, limit int) *writer {
-	db := ch.Database(b)
+// closes with t.
+func migratedWriter(ctx context.Context, t testing.TB, ch *testenv.ClickHouse, limit int) *writer {
+	t.Helper()
+	db := ch.Database(t)
 	conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	b.Cleanup(func() { _ = conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	if _, err := Migrate(ctx, conn, db); err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	return &writer{conn: conn, db: db, blockBytes: limit}
 }
@@ -366,16 +358,8 @@ func TestInsertSortedByKey(t *testing.T) {
 	const written, sorted = "MergeTreeDataWriterBlocks", "MergeTreeDataWriterBlocksAlreadySorted"
 	var ws []*writer
 	for _, unsorted := range []bool{true, false} {
-		db := ch.Database(t)
-		conn, err := ClickHouseConfig{Addr: []string{ch.Addr}, Database: db}.Open(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		if _, err := Migrate(ctx, conn, db); err != nil {
-			t.Fatal(err)
-		}
-		w := &writer{conn: conn, db: db, blockBytes: 4096, unsorted: unsorted}
+		w := migratedWriter(ctx, t, ch, 4096)
+		w.unsorted = unsorted
 		e0 := serverEvents(t, ctx, w, written, sorted)
 		if err := w.insertAll(ctx, b); err != nil {
 			t.Fatal(err)
@@ -419,7 +403,7 @@ func BenchmarkInsertSorted(b *testing.B) {
 	batch := mixRows(40)
 	for _, unsorted := range []bool{true, false} {
 		b.Run(map[bool]string{true: "unsorted", false: "sorted"}[unsorted], func(b *testing.B) {
-			w := benchWriter(ctx, b, ch, maxBlockBytes)
+			w := migratedWriter(ctx, b, ch, maxBlockBytes)
 			w.unsorted = unsorted
 			if err := w.conn.Exec(ctx, "SYSTEM STOP MERGES"); err != nil {
 				b.Fatal(err)
