@@ -17,11 +17,7 @@ import (
 func TestRequestCounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := startEmbedded(t)
 	counts := NewRequestCounts()
 	cfg := ClientConfig{Brokers: e.Brokers(), ClientID: "canon-test", Requests: counts}
 	open := func(cfg ClientConfig, more ...kgo.Opt) *kgo.Client {
@@ -102,11 +98,7 @@ func TestRequestCounts(t *testing.T) {
 func TestCompressionOption(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := startEmbedded(t)
 	if _, err := kadm.NewClient(newClient(t, e.Brokers())).CreateTopic(ctx, 1, 1, nil, "compressed"); err != nil {
 		t.Fatal(err)
 	}
@@ -149,4 +141,16 @@ func TestCompressionOption(t *testing.T) {
 			t.Errorf("compression.type=%s: a batch of compression %d, value intact %v; want compression %d", name, ct, string(got.Value) == string(value), code)
 		}
 	}
+}
+
+// startEmbedded starts an embedded broker on a free port of 127.0.0.1,
+// closed with t.
+func startEmbedded(t *testing.T) *Embedded {
+	t.Helper()
+	e, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }
