@@ -334,6 +334,36 @@ func TestKeyOrder(t *testing.T) {
 	}
 }
 
+// Every table's key columns are of types keyOrder compares: a batch of
+// each table sorts without a panic, and comes out in key order.
+func TestKeyOrderCoversEveryTable(t *testing.T) {
+	b := mixRows(12)
+	b.addBranch("o", "p", "b", []ancestor{{branch: "main", depth: 2, upto: 3}, {branch: "a", depth: 1, upto: 1}}, 7)
+	for _, c := range []struct {
+		table table
+		cols  []any
+	}{
+		{versionsTable, b.versions.columns()}, {mutationsTable, b.mutations.columns()},
+		{itemsTable, b.items.columns()}, {scalarsTable, b.scalars.columns()}, {branchesTable, b.branches.columns()},
+	} {
+		n := columnLen(c.cols[0])
+		if n < 2 {
+			t.Errorf("%s: %d rows in the test batch, want 2 or more", c.table.name, n)
+			continue
+		}
+		key := c.table.keyColumns(c.cols)
+		if order := keyOrder(n, key); order != nil {
+			sorted := make([]any, len(key))
+			for i, k := range key {
+				sorted[i] = gather(k, order)
+			}
+			if again := keyOrder(n, sorted); again != nil {
+				t.Errorf("%s: rows gathered in key order are not in key order: %v", c.table.name, again)
+			}
+		}
+	}
+}
+
 // serverEvents reads counters of system.events.
 func serverEvents(t testing.TB, ctx context.Context, w *writer, names ...string) map[string]uint64 {
 	t.Helper()
