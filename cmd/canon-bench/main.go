@@ -239,6 +239,9 @@ func writeSummary(b *strings.Builder, cfg loadgen.Config, variants []variant, su
 			if s.ClickHouseCPU > 0 {
 				ch = fmt.Sprintf(" (ClickHouse %.0f µs)", s.ClickHouseCPU)
 			}
+			if s.LoadCPU > 0 {
+				ch += fmt.Sprintf(", load generator %.0f µs", s.LoadCPU)
+			}
 			if s.ClickHouseInserted > 0 {
 				ch += fmt.Sprintf(", ClickHouse KB inserted %.1f, merged %.1f per mutation", s.ClickHouseInserted, s.ClickHouseMerged)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -46,6 +47,10 @@ type CanonResult struct {
 	// ClickHouseCPU is the local ClickHouse server's CPU time over the
 	// same span (the mix workload); 0 when its process was not found.
 	ClickHouseCPU time.Duration
+	// LoadCPU is the load generator's own CPU time over the same span:
+	// this process's clients, websockets and ClickHouse polls (Canon runs
+	// in a child process of its own).
+	LoadCPU time.Duration
 	// ClickHouseEvents are the ClickHouse server's counters over the same
 	// span (system.events, clickHouseEvents): what it inserted, wrote and
 	// merged; nil without ClickHouse.
@@ -277,6 +282,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	}
 	b0 := cpuOf(r.brokerPID)
 	ch0 := cpuOf(r.chPID)
+	l0 := cpuOf(os.Getpid())
 	ev0 := r.clickHouseEvents(ctx)
 	tx0, err := r.canon.transactions(ctx)
 	if err != nil {
@@ -505,6 +511,7 @@ func (r *run) runCanon(ctx context.Context) (CanonResult, error) {
 	if r.chPID != 0 {
 		res.ClickHouseCPU = cpuOf(r.chPID) - ch0
 	}
+	res.LoadCPU = cpuOf(os.Getpid()) - l0
 	if ev0 != nil {
 		if ev1 := r.clickHouseEvents(ctx); ev1 != nil {
 			res.ClickHouseEvents = delta(ev0, ev1)

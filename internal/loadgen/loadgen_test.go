@@ -100,6 +100,11 @@ func TestRunSmall(t *testing.T) {
 	if e := c.ClickHouseEvents; e["InsertQuery"] == 0 || e["InsertedRows"] < uint64(total) || e["InsertedBytes"] == 0 {
 		t.Errorf("ClickHouse's counters over Canon's run: %v; want INSERTs of at least %d rows", e, total)
 	}
+	// The load generator's own CPU: its clients and websockets during
+	// Canon's run, its producers and consumer during the baseline's.
+	if c.LoadCPU <= 0 || raw.LoadCPU <= 0 || !strings.Contains(md.String(), "| CPU per mutation (ms, the load generator itself") {
+		t.Errorf("the load generator's CPU: %s during Canon's run, %s during the baseline's; report:\n%s", c.LoadCPU, raw.LoadCPU, md.String())
+	}
 	// The bytes through the broker: the sequencer produces versions and
 	// fetches mutations, the baseline produces and fetches its records.
 	if w := c.RequestBytes["canon-sequencer Produce write"]; w <= 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ type RawResult struct {
 	// BrokerCPU is the local broker's CPU time from the first produce to
 	// the last record consumed; 0 when its process was not found.
 	BrokerCPU time.Duration
+	// LoadCPU is this process's CPU time over the same span: the
+	// baseline's producers and consumer.
+	LoadCPU time.Duration
 	// RequestBytes are the bytes of the baseline's requests and responses
 	// over the same span, by "client request direction", the clients
 	// being raw-producer and raw-consumer (as Canon's RequestBytes).
@@ -102,6 +106,7 @@ func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) 
 	}
 
 	b0 := cpuOf(r.brokerPID)
+	l0 := cpuOf(os.Getpid())
 	bytes0 := counts.ByteCounts()
 	start := time.Now()
 	var (
@@ -202,6 +207,7 @@ func (r *run) runRaw(ctx context.Context, pushes [][]pushed) (RawResult, error) 
 	if r.brokerPID != 0 {
 		res.BrokerCPU = cpuOf(r.brokerPID) - b0
 	}
+	res.LoadCPU = cpuOf(os.Getpid()) - l0
 	res.RequestBytes = delta(bytes0, counts.ByteCounts())
 	res.Consumed = len(samples)
 	res.Elapsed = last.Sub(start)

@@ -124,6 +124,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if c.ClickHouseCPU > 0 {
 		fmt.Fprintf(&b, "| CPU per mutation (ms, the ClickHouse server during Canon's run) | %.2f |\n", per(float64(c.ClickHouseCPU)/float64(time.Millisecond)))
 	}
+	fmt.Fprintf(&b, "| CPU per mutation (ms, the load generator itself during Canon's run; during the baseline's) | %.2f; %.2f |\n",
+		per(float64(c.LoadCPU)/float64(time.Millisecond)), float64(raw.LoadCPU)/float64(time.Millisecond)/float64(max(1, raw.Consumed)))
 	if e := c.ClickHouseEvents; e != nil {
 		fmt.Fprintf(&b, "| ClickHouse per mutation: rows and KB inserted; KB written (compressed); KB merged | %.1f, %.1f; %.1f; %.1f |\n",
 			per(float64(e["InsertedRows"])), per(float64(e["InsertedBytes"]))/1000, per(float64(e["MergeTreeDataWriterCompressedBytes"]))/1000,
@@ -170,6 +172,9 @@ type Summary struct {
 	// ClickHouseCPU is the local ClickHouse server's CPU per mutation in
 	// µs during Canon's run (0 when not measured); not in TotalCPU.
 	ClickHouseCPU float64
+	// LoadCPU is the load generator's own CPU per mutation in µs during
+	// Canon's run; not in TotalCPU.
+	LoadCPU float64
 	// ClickHouseInserted and ClickHouseMerged are the KB (1,000 bytes,
 	// uncompressed) the ClickHouse server inserted and merged per
 	// mutation during Canon's run (0 when not measured).
@@ -198,7 +203,7 @@ func (r *Report) Summary() Summary {
 	s := Summary{
 		Throughput: c.Throughput(), Raw: raw.Throughput(),
 		CanonCPU: us(c.CPU, c.Mutations), BrokerCPU: us(c.BrokerCPU, c.Mutations), TotalCPU: us(c.CPU+c.BrokerCPU, c.Mutations),
-		RawBrokerCPU: us(raw.BrokerCPU, raw.Consumed), ClickHouseCPU: us(c.ClickHouseCPU, c.Mutations),
+		RawBrokerCPU: us(raw.BrokerCPU, raw.Consumed), ClickHouseCPU: us(c.ClickHouseCPU, c.Mutations), LoadCPU: us(c.LoadCPU, c.Mutations),
 		P50: msf(c.PushToWebsocket.P50), P99: msf(c.PushToWebsocket.P99), RawP50: msf(raw.Latency.P50),
 	}
 	if e := c.ClickHouseEvents; e != nil && c.Mutations > 0 {
