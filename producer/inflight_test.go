@@ -30,7 +30,8 @@ func TestInflightCountsAPushPastItsDeadline(t *testing.T) {
 			if !direct {
 				opts = append(opts, kgo.ManualFlushing())
 			}
-			cl, first, release := slowBroker(t, opts...)
+			b := newFakeBroker(t, true, opts...)
+			cl, first, release := b.cl, b.first, b.release
 			in := kafka.NewInflight(3)
 			p := &Producer{cfg: Config{Inflight: in, ProduceTimeout: 200 * time.Millisecond}, cl: cl}
 			if !direct {

@@ -30,33 +30,8 @@ func TestRoundsShareProduceRequests(t *testing.T) {
 func testRounds(t *testing.T, limit, requests int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "m"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var mu sync.Mutex
-	produces := 0
-	first := make(chan struct{})
-	release := make(chan struct{})
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		mu.Lock()
-		produces++
-		n := produces
-		mu.Unlock()
-		if n == 1 {
-			close(first)
-			c.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("m"), kgo.ManualFlushing(),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	b := newFakeBroker(t, true, kgo.ManualFlushing())
+	cl, first, release := b.cl, b.first, b.release
 	r := &rounds{cl: cl, limit: limit}
 
 	const pushes, each = 8, 3
@@ -98,8 +73,7 @@ func testRounds(t *testing.T, limit, requests int) {
 			}
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	produces := b.produces()
 	// A round may take a request or two more than its pushes need: the
 	// client's drain loop of the previous round can still be running
 	// when the next round's records are handed to it, and sends those
@@ -140,35 +114,53 @@ func TestRoundsReportEachPushesError(t *testing.T) {
 	}
 }
 
-// slowBroker is a kfake cluster whose first produce request is answered
-// only once release is closed: a round in flight that the broker does
-// not answer.
-func slowBroker(t *testing.T, opts ...kgo.Opt) (cl *kgo.Client, first, release chan struct{}) {
+// fakeBroker is a kfake broker with topic "m" of 3 partitions and a
+// client of it that partitions by hand (and takes opts), counting the
+// client's produce requests. A held broker answers the first produce
+// request only once release is closed, and closes first when it
+// arrives: a round in flight that the broker does not answer.
+type fakeBroker struct {
+	cl             *kgo.Client
+	first, release chan struct{}
+
+	mu sync.Mutex
+	n  int
+}
+
+func newFakeBroker(t *testing.T, hold bool, opts ...kgo.Opt) *fakeBroker {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "m"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	var once sync.Once
-	first, release = make(chan struct{}), make(chan struct{})
+	b := &fakeBroker{first: make(chan struct{}), release: make(chan struct{})}
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		held := false
-		once.Do(func() { held = true })
-		if held {
-			close(first)
-			c.SleepControl(func() { <-release })
+		b.mu.Lock()
+		b.n++
+		n := b.n
+		b.mu.Unlock()
+		if hold && n == 1 {
+			close(b.first)
+			c.SleepControl(func() { <-b.release })
 		}
 		return nil, nil, false
 	})
-	cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("m"),
+	b.cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("m"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
-	return cl, first, release
+	t.Cleanup(b.cl.Close)
+	return b
+}
+
+// produces is the number of produce requests the broker got so far.
+func (b *fakeBroker) produces() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
 }
 
 // A push waiting behind a round the broker does not answer gets its
@@ -179,7 +171,8 @@ func slowBroker(t *testing.T, opts ...kgo.Opt) (cl *kgo.Client, first, release c
 func TestRoundsPushesLeaveAtTheirDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, first, release := slowBroker(t, kgo.ManualFlushing())
+	b := newFakeBroker(t, true, kgo.ManualFlushing())
+	cl, first, release := b.cl, b.first, b.release
 	r := &rounds{cl: cl, limit: 1000}
 
 	held := make(chan error, 1)
@@ -233,7 +226,8 @@ func TestRoundsPushesLeaveAtTheirDeadline(t *testing.T) {
 func TestRoundsCanceledPushFailsOnlyItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, first, release := slowBroker(t, kgo.ManualFlushing())
+	b := newFakeBroker(t, true, kgo.ManualFlushing())
+	cl, first, release := b.cl, b.first, b.release
 	r := &rounds{cl: cl, limit: 1000}
 	heldDone := make(chan error, 1)
 	go func() { heldDone <- r.produce(ctx, []*kgo.Record{{Partition: 2, Value: []byte("held")}}) }()
@@ -285,7 +279,8 @@ func TestRoundsCanceledPushFailsOnlyItself(t *testing.T) {
 // gets its context's error at its deadline (ProduceSync waited for
 // franz-go's request timeout and retry).
 func TestDirectPushLeavesAtItsDeadline(t *testing.T) {
-	cl, first, release := slowBroker(t)
+	b := newFakeBroker(t, true)
+	cl, first, release := b.cl, b.first, b.release
 	defer close(release)
 	const timeout = 200 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -310,7 +305,8 @@ func TestDirectPushLeavesAtItsDeadline(t *testing.T) {
 func TestRoundsGatherAnsweredPushes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, produces := countingBroker(t)
+	b := newFakeBroker(t, false, kgo.ManualFlushing())
+	cl, produces := b.cl, b.produces
 	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second, window: 20 * time.Second}
 
 	const pushes = 8
@@ -353,7 +349,7 @@ func TestRoundsGatherAnsweredPushes(t *testing.T) {
 func TestRoundsGatherOnlyRightAfterAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, _ := countingBroker(t)
+	cl := newFakeBroker(t, false, kgo.ManualFlushing()).cl
 	// A window of 200ms, long enough for this test's steps on a busy
 	// machine.
 	r := &rounds{cl: cl, limit: 1000, gather: 20 * time.Second, window: 200 * time.Millisecond}
@@ -405,34 +401,6 @@ func TestRoundsGatherOnlyRightAfterAnswers(t *testing.T) {
 			t.Fatalf("a push of the gathered round: %v", err)
 		}
 	}
-}
-
-// countingBroker is a kfake broker with topic "m" of 3 partitions and
-// a client of it that flushes by hand, as the rounds need; produces
-// counts its produce requests.
-func countingBroker(t *testing.T) (cl *kgo.Client, produces func() int) {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "m"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	var mu sync.Mutex
-	n := 0
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		mu.Lock()
-		n++
-		mu.Unlock()
-		return nil, nil, false
-	})
-	cl, err = kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("m"), kgo.ManualFlushing(),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl, func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
 func waitFor(t *testing.T, cond func() bool) {
